@@ -1,0 +1,154 @@
+"""The eval forest: binary trees of leaves, products and sums, one per equation.
+
+An :class:`EvalNode` is one node at one position of one tree (an *occurrence*). Its
+``indices`` are its result modes **in canonical order**, written with the labels of
+this occurrence; its ``key`` is a label-blind canonical identity. Two nodes with the same
+``key`` compute the same array, mode for mode, whatever their labels — that is how common
+subexpressions are folded: evaluators and schedulers treat every node of one key as one
+*value*, computed once.
+
+Node kinds (:class:`NodeKind`):
+
+* ``LEAF`` — an input tensor (``tensor`` is set; ``indices`` are its slots, bra then ket
+  then aux, possibly with repeats for a trace).
+* ``SCALAR`` — a rank-0 factor that is not a tensor: a :class:`~sq_jax.expr.nodes.Variable`,
+  :class:`~sq_jax.expr.nodes.Power` or :class:`~sq_jax.expr.nodes.Constant` (``scalar``
+  is set).
+* ``PRODUCT`` — ``einsum(left, right)`` over ``left.indices`` and ``right.indices`` into
+  ``indices``: labels in both operands and not in the result are summed; labels in both
+  and in the result are a Hadamard (element-wise) product. Products carry no prefactor.
+* ``SUM`` — ``left_coef * left + right_coef * right``, each operand permuted to
+  ``indices``. A sum of many terms is a left-deep chain of binary sums, so walks over the
+  forest must be iterative (chains can be thousands deep).
+
+Example:
+    >>> import sq_jax as sq
+    >>> eqs = sq.parse("E = 1/4 g{i1,i2;a1,a2} t{a1,a2;i1,i2}")
+    >>> forest = sq.build_forest(eqs, sq.Spaces(i=4, a=6))
+    >>> root = forest.roots[0]
+    >>> root.name, root.coef, root.node.kind.name
+    ('E', Fraction(1, 4), 'PRODUCT')
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass
+from fractions import Fraction
+
+from ..expr.nodes import Constant, Index, Power, Tensor, Variable
+from ..expr.spaces import Spaces
+
+__all__ = ["EvalNode", "Forest", "NodeKind", "Root", "stable_hash"]
+
+
+class NodeKind(enum.Enum):
+    """What an :class:`EvalNode` computes."""
+
+    LEAF = "leaf"
+    SCALAR = "scalar"
+    PRODUCT = "product"
+    SUM = "sum"
+
+
+def stable_hash(key: str) -> int:
+    """A 63-bit hash of ``key`` that is the same in every process (unlike ``hash(str)``).
+
+    Example:
+        >>> stable_hash("abc") == stable_hash("abc")
+        True
+    """
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class EvalNode:
+    """One node of a binary eval tree (see the module docstring for the kinds).
+
+    Equality and hashing are by identity of the Python object (``eq=False``); use
+    ``key`` (or ``hash``) for value identity.
+    """
+
+    kind: NodeKind
+    """What this node computes."""
+    indices: tuple[Index, ...]
+    """Result modes in canonical order, with this occurrence's labels."""
+    key: str
+    """Label-blind canonical identity: equal keys mean equal arrays, mode for mode."""
+    left: EvalNode | None = None
+    """First operand (PRODUCT, SUM)."""
+    right: EvalNode | None = None
+    """Second operand (PRODUCT, SUM)."""
+    tensor: Tensor | None = None
+    """The input tensor (LEAF)."""
+    scalar: Constant | Variable | Power | None = None
+    """The scalar factor (SCALAR)."""
+    left_coef: Fraction = Fraction(1)
+    """Coefficient of ``left`` (SUM)."""
+    right_coef: Fraction = Fraction(1)
+    """Coefficient of ``right`` (SUM)."""
+
+    @property
+    def hash(self) -> int:
+        """A process-independent integer hash of ``key``."""
+        return stable_hash(self.key)
+
+    @property
+    def is_leaf(self) -> bool:
+        """True for LEAF and SCALAR nodes (inputs, never computed)."""
+        return self.kind in (NodeKind.LEAF, NodeKind.SCALAR)
+
+    @property
+    def children(self) -> tuple[EvalNode, ...]:
+        """The operands, left first (empty for leaves)."""
+        return () if self.left is None else (self.left, self.right)  # type: ignore[return-value]
+
+    def contracted_indices(self) -> tuple[Index, ...]:
+        """Labels summed at this node: in both operands and not in the result (left order).
+
+        Example:
+            >>> import sq_jax as sq
+            >>> f = sq.build_forest(sq.parse("E = g{i1,i2;a1,a2} t{a1,a2;i1,i2}"), sq.Spaces(i=2, a=3))
+            >>> sorted(str(i) for i in f.roots[0].node.contracted_indices())
+            ['a_1', 'a_2', 'i_1', 'i_2']
+        """
+        if self.kind is not NodeKind.PRODUCT:
+            return ()
+        assert self.left is not None and self.right is not None
+        right, result = set(self.right.indices), set(self.indices)
+        seen: list[Index] = []
+        for ix in self.left.indices:
+            if ix in right and ix not in result and ix not in seen:
+                seen.append(ix)
+        return tuple(seen)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Root:
+    """One equation's tree: ``name[indices] = coef * node`` (node permuted to ``indices``)."""
+
+    name: str
+    """The equation's result label (the key of its value in a results dict)."""
+    indices: tuple[Index, ...]
+    """The result's modes in the order of the left-hand side (empty for a scalar)."""
+    node: EvalNode
+    """The tree's top node."""
+    coef: Fraction = Fraction(1)
+    """Overall prefactor (for a single-term right-hand side)."""
+    lhs_is_tensor: bool = True
+    """Whether the left-hand side is a tensor (else a variable)."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Forest:
+    """The binarized, CSE-folded eval forest of a set of equations.
+
+    Built by :func:`sq_jax.build_forest`; one :class:`Root` per equation, in input order.
+    """
+
+    roots: tuple[Root, ...]
+    """One tree per equation."""
+    spaces: Spaces
+    """The index spaces (with extents) the forest was built for."""
