@@ -51,7 +51,9 @@ def serialize(obj: Expr | Equation | Index, *, annot_symm: bool = True) -> str:
 
 
 def _fraction(value: Fraction) -> str:
-    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+    if value.denominator == 1:
+        return str(value.numerator)
+    return f"{value.numerator}/{value.denominator}"
 
 
 class _Writer:

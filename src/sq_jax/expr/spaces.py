@@ -261,7 +261,7 @@ class Spaces:
             )
         new_aliases = self.aliases + tuple((al, key) for al in aliases)
         new = Spaces(
-            _spaces=self.spaces + (IndexSpace(key, description, tuple(flat)),),
+            _spaces=(*self.spaces, IndexSpace(key, description, tuple(flat))),
             _aliases=new_aliases,
         )
         object.__setattr__(new, "extents", self.extents)

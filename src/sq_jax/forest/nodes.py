@@ -110,7 +110,8 @@ class EvalNode:
 
         Example:
             >>> import sq_jax as sq
-            >>> f = sq.build_forest(sq.parse("E = g{i1,i2;a1,a2} t{a1,a2;i1,i2}"), sq.Spaces(i=2, a=3))
+            >>> eqs = sq.parse("E = g{i1,i2;a1,a2} t{a1,a2;i1,i2}")
+            >>> f = sq.build_forest(eqs, sq.Spaces(i=2, a=3))
             >>> sorted(str(i) for i in f.roots[0].node.contracted_indices())
             ['a_1', 'a_2', 'i_1', 'i_2']
         """

@@ -1,0 +1,251 @@
+"""Naming and binding of input tensors.
+
+Every leaf of the forest reads one **block** of an input tensor. A block is named by its
+*block key*: the tensor's label followed by the index spaces of its slots, grouped like
+the tensor's own brace groups::
+
+    g{i_1,i_2;a_1,a_2}   reads block  "g{i,i;a,a}"
+    t{a_1;i_1}           reads block  "t{a;i}"
+    t{a_1,a_2;i_1,i_2}   reads block  "t{a,a;i,i}"
+    B{p_1,p_3;;Κ_1}      reads block  "B{p,p;;Κ}"
+
+An input can be given in two ways:
+
+* **as the block itself**, under its block key, with exactly the block's shape; or
+* **as the full tensor**, under the bare label (``"g"``): each axis spans a space that
+  contains the slot's space (the slot's own space or a union such as ``p`` = ``i`` then
+  ``a``), recognised by its length, and the block is cut out of it.
+
+A block given explicitly wins over the full tensor. Scalars (variables such as ``ω``) are
+given under their name. Tensors with one label and two signatures (``t{a;i}`` and
+``t{a,a;i,i}``) are distinct inputs; give them as blocks or as full tensors of the right
+rank.
+
+Example:
+    >>> import numpy as np, sq_jax as sq
+    >>> from sq_jax.forest.inputs import bind_inputs, input_specs
+    >>> forest = sq.build_forest(sq.parse("E = f{i1;a1} t{a1;i1}"), sq.Spaces(i=2, a=3))
+    >>> [s.block_key for s in input_specs(forest)]
+    ['f{i;a}', 't{a;i}']
+    >>> blocks = bind_inputs(forest, {"f": np.eye(5), "t{a;i}": np.ones((3, 2))})
+    >>> blocks["f{i;a}"].shape
+    (2, 3)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._errors import InputError
+from ..expr.nodes import Tensor, Variable
+from ..expr.spaces import Spaces
+from .nodes import EvalNode, Forest, NodeKind
+
+__all__ = ["InputSpec", "bind_inputs", "block_key", "input_specs"]
+
+
+def block_key(tensor: Tensor) -> str:
+    """The block key of a leaf tensor: its label and the spaces of its slots.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> block_key(sq.parse_expr("B{p1,p3;;K1}"))
+        'B{p,p;;Κ}'
+    """
+    groups = [",".join(ix.space for ix in tensor.bra)]
+    if tensor.ket or tensor.aux:
+        groups.append(",".join(ix.space for ix in tensor.ket))
+    if tensor.aux:
+        groups.append(",".join(ix.space for ix in tensor.aux))
+    return f"{tensor.label}{{{';'.join(groups)}}}"
+
+
+@dataclass(frozen=True, slots=True)
+class InputSpec:
+    """One input block a forest reads (or one scalar variable).
+
+    Attributes:
+        label: the tensor label or variable name.
+        block_key: the key of the block (the variable name for a scalar).
+        slot_spaces: the index space of each slot, in array order.
+        shape: the block's shape.
+        example: a leaf that reads it, as text (for messages).
+    """
+
+    label: str
+    block_key: str
+    slot_spaces: tuple[str, ...]
+    shape: tuple[int, ...]
+    example: str
+
+    @property
+    def is_scalar_variable(self) -> bool:
+        """Whether this is a scalar variable rather than a tensor block."""
+        return self.block_key == self.label and not self.slot_spaces
+
+
+def _walk_leaves(forest: Forest):
+    """Yield every leaf/scalar node once per key (iterative; chains can be deep)."""
+    seen: set[str] = set()
+    stack: list[EvalNode] = [r.node for r in reversed(forest.roots)]
+    visited: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        if node.is_leaf:
+            if node.key not in seen:
+                seen.add(node.key)
+                yield node
+            continue
+        stack.append(node.right)  # type: ignore[arg-type]
+        stack.append(node.left)  # type: ignore[arg-type]
+
+
+def _variables_of(node: EvalNode) -> list[Variable]:
+    sc = node.scalar
+    if isinstance(sc, Variable):
+        return [sc]
+    base = getattr(sc, "base", None)
+    return [base] if isinstance(base, Variable) else []
+
+
+def input_specs(forest: Forest) -> tuple[InputSpec, ...]:
+    """Every input block (and scalar variable) the forest reads, in first-use order.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> f = sq.build_forest(sq.parse("R{a1;i1} = ω f{a1;i1}"), sq.Spaces(i=2, a=3))
+        >>> [(s.block_key, s.shape) for s in input_specs(f)]
+        [('ω', ()), ('f{a;i}', (3, 2))]
+    """
+    specs: dict[str, InputSpec] = {}
+    for node in _walk_leaves(forest):
+        if node.kind is NodeKind.LEAF:
+            tensor = node.tensor
+            assert tensor is not None
+            key = block_key(tensor)
+            if key not in specs:
+                spaces = tuple(ix.space for ix in tensor.indices)
+                shape = tuple(forest.spaces.extent(s) for s in spaces)
+                specs[key] = InputSpec(tensor.label, key, spaces, shape, str(tensor))
+        else:
+            for var in _variables_of(node):
+                if var.name not in specs:
+                    specs[var.name] = InputSpec(var.name, var.name, (), (), var.name)
+    return tuple(specs.values())
+
+
+def _full_tensor_block(spec: InputSpec, array: Any, spaces: Spaces, xp: Any) -> Any:
+    """Cut ``spec``'s block out of a full tensor given under the bare label."""
+    shape = tuple(array.shape)
+    if len(shape) != len(spec.slot_spaces):
+        raise InputError(
+            f"input {spec.label!r} has rank {len(shape)} (shape {shape}), but leaf "
+            f"`{spec.example}` needs rank {len(spec.slot_spaces)}. Pass the block as "
+            f"inputs[{spec.block_key!r}] with shape {spec.shape}, or a full tensor of "
+            f"rank {len(spec.slot_spaces)}."
+        )
+    index: list[slice] = []
+    for axis, (space, length) in enumerate(zip(spec.slot_spaces, shape, strict=True)):
+        candidates = spaces.containers(space)
+        match = next((c for c in candidates if spaces.extent(c) == length), None)
+        if match is None:
+            options = ", ".join(f"{c} ({spaces.extent(c)})" for c in candidates)
+            raise InputError(
+                f"input {spec.label!r} axis {axis} has length {length}, but slot {axis} of "
+                f"leaf `{spec.example}` is in space {space!r}; expected the length of a "
+                f"space containing it: {options}. Pass the block as "
+                f"inputs[{spec.block_key!r}] with shape {spec.shape} instead."
+            )
+        start = spaces.offset_in(space, match)
+        index.append(slice(start, start + spaces.extent(space)))
+    return array[tuple(index)]
+
+
+def _as_array(name: str, value: Any, xp: Any) -> Any:
+    if xp is np:
+        try:
+            arr = np.asarray(value)
+        except Exception as err:  # pragma: no cover - numpy's own message is kept
+            raise InputError(f"input {name!r} could not be read as an array: {err}") from err
+    else:
+        arr = value if hasattr(value, "dtype") and hasattr(value, "shape") else xp.asarray(value)
+    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.complexfloating)):
+        if np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_:
+            arr = arr.astype(np.float64) if xp is np else xp.asarray(arr, dtype=np.float64)
+        else:
+            raise InputError(
+                f"input {name!r} has dtype {arr.dtype}; expected a floating-point array."
+            )
+    return arr
+
+
+def bind_inputs(forest: Forest, inputs: Mapping[str, Any], *, xp: Any = np) -> dict[str, Any]:
+    """Resolve the user's inputs to one array per block key (and per scalar variable).
+
+    Args:
+        forest: the forest whose leaves need values.
+        inputs: arrays keyed by block key (``"g{i,i;a,a}"``), by bare label for a full
+            tensor (``"g"``), or by variable name.
+        xp: the array namespace to slice with (``numpy`` or ``jax.numpy``).
+
+    Returns:
+        A dict from block key (or variable name) to an array of the block's shape.
+
+    Raises:
+        InputError: for a missing input, a wrong shape, rank or dtype, or an input key
+            that no leaf reads.
+
+    Example:
+        >>> import numpy as np, sq_jax as sq
+        >>> forest = sq.build_forest(sq.parse("E = f{i1;i1}"), sq.Spaces(i=2, a=1))
+        >>> bind_inputs(forest, {"f": np.diag([1.0, 2.0, 3.0])})["f{i;i}"].tolist()
+        [[1.0, 0.0], [0.0, 2.0]]
+    """
+    specs = input_specs(forest)
+    labels = {s.label for s in specs}
+    keys = {s.block_key for s in specs}
+    unknown = [k for k in inputs if k not in keys and k not in labels]
+    if unknown:
+        raise InputError(
+            f"input(s) {', '.join(repr(k) for k in unknown)} are not read by any leaf; "
+            f"expected block keys {sorted(keys)} or full tensors under the labels "
+            f"{sorted(labels)}. Check the spelling (block keys list each slot's space)."
+        )
+    out: dict[str, Any] = {}
+    for spec in specs:
+        if spec.block_key in inputs:
+            arr = _as_array(spec.block_key, inputs[spec.block_key], xp)
+            if tuple(arr.shape) != spec.shape:
+                raise InputError(
+                    f"input {spec.block_key!r} has shape {tuple(arr.shape)}, expected "
+                    f"{spec.shape} (leaf `{spec.example}` with spaces "
+                    f"{', '.join(spec.slot_spaces) or 'none'})."
+                )
+            out[spec.block_key] = arr
+        elif spec.label in inputs and not spec.is_scalar_variable:
+            arr = _as_array(spec.label, inputs[spec.label], xp)
+            out[spec.block_key] = _full_tensor_block(spec, arr, forest.spaces, xp)
+        elif spec.is_scalar_variable and spec.label in inputs:
+            arr = _as_array(spec.label, inputs[spec.label], xp)
+            if tuple(arr.shape) != ():
+                raise InputError(
+                    f"variable {spec.label!r} must be a scalar, got shape {tuple(arr.shape)}."
+                )
+            out[spec.block_key] = arr
+        else:
+            if spec.is_scalar_variable:
+                hint = f"pass inputs[{spec.label!r}] as a scalar"
+            else:
+                hint = (
+                    f"pass the block inputs[{spec.block_key!r}] with shape {spec.shape}, or "
+                    f"the full tensor inputs[{spec.label!r}]"
+                )
+            raise InputError(f"missing input for `{spec.example}`: {hint}.")
+    return out
