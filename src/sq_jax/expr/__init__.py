@@ -1,0 +1,1 @@
+"""Expressions: index spaces, the expression IR, the SeQuant-syntax parser and serializer."""

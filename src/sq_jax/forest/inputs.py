@@ -122,7 +122,7 @@ def input_specs(forest: Forest) -> tuple[InputSpec, ...]:
         >>> import sq_jax as sq
         >>> f = sq.build_forest(sq.parse("R{a1;i1} = ω f{a1;i1}"), sq.Spaces(i=2, a=3))
         >>> [(s.block_key, s.shape) for s in input_specs(f)]
-        [('ω', ()), ('f{a;i}', (3, 2))]
+        [('f{a;i}', (3, 2)), ('ω', ())]
     """
     specs: dict[str, InputSpec] = {}
     for node in _walk_leaves(forest):
