@@ -1,0 +1,1 @@
+"""The eval forest: binarized, CSE-folded trees, input binding and the reference evaluator."""

@@ -1,6 +1,330 @@
-"""Placeholder until the forest builder lands (being written now)."""
+"""Build the eval forest: binarize every product and fold common subexpressions.
+
+:func:`build_forest` is the one entry point. For each equation it
+
+1. checks the right-hand side (no normal operators, no unexpanded ``Â``/``Ŝ``/``P̂``,
+   no proto-indices, every index space has an extent);
+2. splits it into terms (a top-level sum's terms, nested sums flattened), and each term
+   into a coefficient and operands: nested products are flattened into their parent
+   (scalars multiplied), a :class:`~sq_jax.expr.nodes.Constant` is folded into the
+   coefficient, a tensor is a LEAF, a variable or power a SCALAR, and a nested sum of
+   several terms is one operand, built the same way as its own SUM chain;
+3. binarizes each term's product (:func:`sq_jax.forest.binarize.binarize`);
+4. chains the terms into a left-deep chain of binary SUM nodes carrying each term's
+   coefficient; a single term's coefficient goes to :attr:`Root.coef` instead.
+
+A term's result labels are the left-hand side's indices (none for a variable). A label
+on two operands and not in the result is summed, one in the result stays (a Hadamard
+product when it is on two operands); a label on only one operand must be in the result.
+A nested sum keeps the labels that its enclosing product still needs (the enclosing
+result's and its sibling factors'); the others are summed inside each of its terms.
+
+Common subexpressions need no separate pass: every node gets a label-blind key when it is
+made (:mod:`sq_jax.forest.canon`), and :class:`~sq_jax.forest.nodes.Forest` treats all
+nodes of one key as one value.
+
+Known limitations: nested sums are built recursively (depth = parenthesis depth); a sum
+chain's order is the order of the terms.
+
+Example:
+    >>> from sq_jax.expr.nodes import Equation, Index, Product, Tensor, Variable
+    >>> from sq_jax.expr.spaces import Spaces
+    >>> i1, i2, a1, a2 = Index("i", 1), Index("i", 2), Index("a", 1), Index("a", 2)
+    >>> g = Tensor("g", bra=(i1, i2), ket=(a1, a2))
+    >>> t = Tensor("t", bra=(a1, a2), ket=(i1, i2))
+    >>> eq = Equation(Variable("E"), Product(Fraction(1, 4), (g, t)))
+    >>> forest = build_forest([eq], Spaces(i=4, a=6))
+    >>> root = forest.roots[0]
+    >>> root.name, root.coef, root.node.kind.name, forest.flops
+    ('E', Fraction(1, 4), 'PRODUCT', 1152)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from fractions import Fraction
+from typing import Any
+
+from .._errors import ExpressionError, SpaceError
+from ..expr.nodes import (
+    Constant,
+    Equation,
+    Expr,
+    Index,
+    NormalOperator,
+    Power,
+    Product,
+    Sum,
+    Tensor,
+    Variable,
+)
+from ..expr.spaces import Spaces
+from .binarize import binarize, count_labels, resolve_optimizer
+from .canon import leaf_node, scalar_node, sum_node
+from .nodes import EvalNode, Forest, Root
+
+__all__ = ["build_forest"]
+
+_RESERVED = {"Â": "antisymmetrizer", "Ŝ": "symmetrizer", "P̂": "transposition operator"}
+_MAX_TEXT = 160
 
 
-def build_forest(equations, spaces, **kw):
-    """Placeholder."""
-    raise NotImplementedError
+def build_forest(
+    equations: Iterable[Equation] | Equation, spaces: Spaces, *, optimize: Any = "auto"
+) -> Forest:
+    """Binarize and CSE-fold ``equations`` into an eval forest, one root per equation.
+
+    Args:
+        equations: the equations, e.g. from :func:`sq_jax.parse` (or one equation).
+        spaces: the index spaces, with an extent for every space the equations use (the
+            contraction order is chosen on these extents).
+        optimize: contraction-order optimizer: ``"auto"`` (an exhaustive search over all
+            binary trees up to 6 operands, opt_einsum's ``"dp"`` beyond; see
+            :mod:`sq_jax.forest.binarize`), an opt_einsum optimizer name such as
+            ``"optimal"`` or ``"greedy"``, or an ``opt_einsum.paths.PathOptimizer``.
+
+    Returns:
+        The forest; ``str(forest)`` lists its distinct values.
+
+    Raises:
+        ExpressionError: for a normal operator, an unexpanded ``Â``/``Ŝ``/``P̂``, a
+            proto-index, an index that is on one factor only but not on the left-hand
+            side, a left-hand-side index missing from a term, or an empty sum.
+        SpaceError: for an index whose space is unknown or has no extent.
+        ValueError: for an unknown ``optimize``.
+
+    Example:
+        >>> from sq_jax.expr.nodes import Equation, Index, Product, Sum, Tensor
+        >>> from sq_jax.expr.spaces import Spaces
+        >>> a1, a2, i1 = Index("a", 1), Index("a", 2), Index("i", 1)
+        >>> f_ai = Tensor("f", (a1,), (i1,))
+        >>> ft = Product(Fraction(1), (Tensor("f", (a1,), (a2,)), Tensor("t", (a2,), (i1,))))
+        >>> eq = Equation(Tensor("R", (a1,), (i1,)), Sum((f_ai, ft)))
+        >>> forest = build_forest(eq, Spaces(i=2, a=3))
+        >>> forest.roots[0].node.kind.name, len(forest.values())
+        ('SUM', 2)
+    """
+    eqs = (equations,) if isinstance(equations, Equation) else tuple(equations)
+    resolve_optimizer(optimize, 0)  # fail early on a bad optimizer name
+    roots = []
+    for eq in eqs:
+        _check_equation(eq, spaces)  # must run first: the builder assumes checked input
+        node, coef = _build_sum(_split_terms(eq.rhs), _lhs_labels(eq), eq, spaces, optimize)
+        lhs_is_tensor = isinstance(eq.lhs, Tensor)
+        indices = eq.lhs.indices if isinstance(eq.lhs, Tensor) else ()
+        roots.append(Root(eq.name, indices, node, coef, lhs_is_tensor))
+    return Forest(tuple(roots), spaces)
+
+
+# -- checks ------------------------------------------------------------------------------
+
+
+def _text(expr: Expr | Equation) -> str:
+    text = str(expr)
+    return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 1] + "…"
+
+
+def _walk(expr: Expr) -> Iterable[Expr]:
+    """Every node of ``expr``, pre-order, iteratively."""
+    stack: list[Expr] = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, Product):
+            stack.extend(reversed(node.factors))
+        elif isinstance(node, Sum):
+            stack.extend(reversed(node.terms))
+        elif isinstance(node, Power):
+            stack.append(node.base)
+
+
+def _where(eq: Equation, part: Expr | None) -> str:
+    if part is None:
+        return f"in equation `{eq.name}`, left-hand side `{_text(eq.lhs)}`"
+    return f"in equation `{eq.name}`, term `{_text(part)}`"
+
+
+def _check_equation(eq: Equation, spaces: Spaces) -> None:
+    """Collect every violation of ``eq`` and raise one error listing them all."""
+    problems: list[str] = []
+    space_problems: list[str] = []
+    seen_space: set[Index] = set()
+
+    def check_index(ix: Index, part: Expr | None) -> None:
+        if ix.protos:
+            problems.append(
+                f"{_where(eq, part)}: index `{ix}` has proto-indices; the forest needs plain "
+                "indices. Parse with `drop_proto_indices=True` (or replace each index by its "
+                "plain form) first."
+            )
+            ix = ix.plain()
+        if ix in seen_space:
+            return
+        seen_space.add(ix)
+        try:
+            spaces.extent(ix.space)
+        except SpaceError as err:
+            space_problems.append(f"{_where(eq, part)}: index `{ix}`: {err}")
+
+    if isinstance(eq.lhs, Tensor):
+        for ix in eq.lhs.indices:
+            check_index(ix, None)
+        if len(set(eq.lhs.indices)) != len(eq.lhs.indices):
+            problems.append(
+                f"{_where(eq, None)}: an index is repeated; a result's indices must be distinct."
+            )
+    terms = _split_terms(eq.rhs, check_empty=False)
+    if not terms:
+        problems.append(
+            f"in equation `{eq.name}`: the right-hand side is a sum with no terms; "
+            "write 0 as a constant term or remove the equation."
+        )
+    for term in terms:
+        for node in _walk(term):
+            if isinstance(node, NormalOperator):
+                problems.append(
+                    f"{_where(eq, term)}: normal operator `{_text(node)}` cannot be evaluated "
+                    "numerically; take its vacuum expectation value (or drop the term) "
+                    "before building the forest."
+                )
+            elif isinstance(node, Tensor):
+                if node.label in _RESERVED:
+                    problems.append(
+                        f"{_where(eq, term)}: `{node.label}` ({_RESERVED[node.label]}) is not "
+                        "expanded; expand it into its index permutations (SeQuant's "
+                        "`expand_A_op`/`expand_S_op`) before building the forest."
+                    )
+                for ix in node.indices:
+                    check_index(ix, term)
+            elif isinstance(node, Sum) and not node.terms:
+                problems.append(f"{_where(eq, term)}: a sum has no terms; remove it or write 0.")
+    if problems:
+        raise ExpressionError("cannot build the eval forest:\n- " + "\n- ".join(problems))
+    if space_problems:
+        raise SpaceError("cannot build the eval forest:\n- " + "\n- ".join(space_problems))
+
+
+# -- terms -------------------------------------------------------------------------------
+
+
+def _split_terms(expr: Expr, *, check_empty: bool = True) -> list[Expr]:
+    """The terms of ``expr``: nested sums of sums are flattened, in order."""
+    terms: list[Expr] = []
+    stack: list[Expr] = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Sum):
+            stack.extend(reversed(node.terms))
+        else:
+            terms.append(node)
+    if check_empty and not terms:
+        raise ExpressionError(f"the sum `{_text(expr)}` has no terms; write 0 or remove it.")
+    return terms
+
+
+def _flatten_product(term: Expr) -> tuple[Fraction, list[Expr]]:
+    """(coefficient, factors): nested products flattened, constants folded, in order."""
+    coef = Fraction(1)
+    factors: list[Expr] = []
+    stack: list[Expr] = [term]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Product):
+            coef *= node.scalar
+            stack.extend(reversed(node.factors))
+        elif isinstance(node, Constant):
+            coef *= node.value
+        elif isinstance(node, Sum) and len(node.terms) == 1:
+            stack.append(node.terms[0])
+        else:
+            factors.append(node)
+    return coef, factors
+
+
+def _ordered_labels(expr: Expr) -> list[Index]:
+    """The tensor labels of ``expr`` in order of first appearance."""
+    seen = {ix: None for node in _walk(expr) if isinstance(node, Tensor) for ix in node.indices}
+    return list(seen)
+
+
+def _lhs_labels(eq: Equation) -> tuple[Index, ...]:
+    return eq.lhs.indices if isinstance(eq.lhs, Tensor) else ()
+
+
+def _operands(
+    factors: Sequence[Expr], result: Sequence[Index], eq: Equation, spaces: Spaces, optimize: Any
+) -> tuple[list[EvalNode], Fraction]:
+    """One term's operand nodes (a nested sum is its own SUM chain) and extra scalar."""
+    operands: list[EvalNode] = []
+    scalar = Fraction(1)
+    for n, factor in enumerate(factors):
+        if isinstance(factor, Tensor):
+            operands.append(leaf_node(factor))
+        elif isinstance(factor, (Variable, Power)):
+            operands.append(scalar_node(factor))
+        elif isinstance(factor, Sum):
+            # keep what the rest of the product needs: the result's labels, then the
+            # sibling factors' labels, in order of appearance (this order only breaks ties)
+            needed = dict.fromkeys(result)
+            for k, other in enumerate(factors):
+                if k != n:
+                    needed.update(dict.fromkeys(_ordered_labels(other)))
+            mine = set(_ordered_labels(factor))
+            inner = tuple(ix for ix in needed if ix in mine)
+            node, coef = _build_sum(_split_terms(factor), inner, eq, spaces, optimize)
+            operands.append(node)
+            scalar *= coef
+        else:  # pragma: no cover - _check_equation rejects everything else
+            raise ExpressionError(f"cannot evaluate factor `{_text(factor)}`.")
+    return operands, scalar
+
+
+def _check_term_labels(
+    operands: Sequence[EvalNode], result: Sequence[Index], term: Expr, eq: Equation
+) -> None:
+    counts = count_labels(operands)
+    result_set = set(result)
+    loose = [ix for ix, c in counts.items() if c == 1 and ix not in result_set]
+    missing = [ix for ix in result if ix not in counts]
+    problems = []
+    if loose:
+        problems.append(
+            f"index {', '.join(f'`{ix}`' for ix in loose)} is on one factor only and not "
+            f"on the result ({', '.join(map(str, result)) or 'a scalar'}); a summed index "
+            "must appear on two factors. Fix the term or add the index to the left-hand side."
+        )
+    if missing:
+        problems.append(
+            f"result index {', '.join(f'`{ix}`' for ix in missing)} does not appear in the "
+            "term; every term of a sum must carry all of the result's indices."
+        )
+    if problems:
+        raise ExpressionError(
+            f"in equation `{eq.name}`, term `{_text(term)}`: " + " ".join(problems)
+        )
+
+
+def _build_sum(
+    terms: Sequence[Expr], result: Sequence[Index], eq: Equation, spaces: Spaces, optimize: Any
+) -> tuple[EvalNode, Fraction]:
+    """The left-deep SUM chain of ``terms`` (coefficient 1), or one term's node and scalar.
+
+    The chain keeps the first term's canonical mode order all the way up, so its keys do
+    not depend on how the left-hand side orders its indices.
+    """
+    first: tuple[EvalNode, Fraction] | None = None
+    chain: EvalNode | None = None
+    for term in terms:
+        coef, factors = _flatten_product(term)
+        operands, inner_coef = _operands(factors, result, eq, spaces, optimize)
+        _check_term_labels(operands, result, term, eq)
+        node = binarize(operands, result, spaces, optimize)
+        coef *= inner_coef
+        if first is None:
+            first = (node, coef)
+        elif chain is None:
+            chain = sum_node(first[0], first[1], node, coef, first[0].indices)
+        else:
+            chain = sum_node(chain, Fraction(1), node, coef, chain.indices)
+    assert first is not None  # _split_terms never returns no terms
+    return first if chain is None else (chain, Fraction(1))

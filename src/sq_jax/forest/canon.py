@@ -109,9 +109,7 @@ def scalar_node(expr: Constant | Variable | Power) -> EvalNode:
     return EvalNode(NodeKind.SCALAR, (), f"S[{expr!r}]", scalar=expr)
 
 
-def product_node(
-    left: EvalNode, right: EvalNode, result_labels: Iterable[Index]
-) -> EvalNode:
+def product_node(left: EvalNode, right: EvalNode, result_labels: Iterable[Index]) -> EvalNode:
     """The PRODUCT ``einsum(left, right)`` keeping ``result_labels`` (any order).
 
     The result's canonical mode order is: the kept labels sorted by their first
@@ -217,9 +215,7 @@ def sum_node(
     pl = _positions(left, result, "left")
     pr = _positions(right, result, "right")
     lc, rc = Fraction(left_coef), Fraction(right_coef)
-    text = (
-        f"Σ[{lc}|{len(left.key)}:{left.key}|{pl}|{rc}|{len(right.key)}:{right.key}|{pr}]"
-    )
+    text = f"Σ[{lc}|{len(left.key)}:{left.key}|{pl}|{rc}|{len(right.key)}:{right.key}|{pr}]"
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
     return EvalNode(
         NodeKind.SUM,

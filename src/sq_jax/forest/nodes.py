@@ -90,6 +90,15 @@ class EvalNode:
     right_coef: Fraction = Fraction(1)
     """Coefficient of ``right`` (SUM)."""
 
+    def __repr__(self) -> str:
+        # Shallow on purpose: the default dataclass repr recurses into the children and
+        # overflows the stack on a sum chain thousands deep.
+        key = self.key if len(self.key) <= 60 else self.key[:57] + "..."
+        return (
+            f"EvalNode({self.kind.name}, indices=[{', '.join(map(str, self.indices))}], "
+            f"key={key!r})"
+        )
+
     @property
     def hash(self) -> int:
         """A process-independent integer hash of ``key``."""
@@ -153,3 +162,156 @@ class Forest:
     """One tree per equation."""
     spaces: Spaces
     """The index spaces (with extents) the forest was built for."""
+
+    # -- walks (all iterative: sum chains can be thousands deep) -------------------------
+
+    def occurrences(self) -> tuple[EvalNode, ...]:
+        """Every node of every tree (shared values repeated), post-order, roots in order.
+
+        This is the global static-point order: children before parents, leaves included.
+
+        Example:
+            >>> import sq_jax as sq
+            >>> eqs = sq.parse("E = g{i1,i2;a1,a2} t{a1,a2;i1,i2}")
+            >>> f = sq.build_forest(eqs, sq.Spaces(i=2, a=3))
+            >>> [n.kind.name for n in f.occurrences()]
+            ['LEAF', 'LEAF', 'PRODUCT']
+        """
+        out: list[EvalNode] = []
+        for root in self.roots:
+            stack: list[tuple[EvalNode, bool]] = [(root.node, False)]
+            while stack:
+                node, expanded = stack.pop()
+                if expanded or node.left is None:
+                    out.append(node)
+                    continue
+                stack.append((node, True))
+                stack.append((node.right, False))  # type: ignore[arg-type]
+                stack.append((node.left, False))
+        return tuple(out)
+
+    def distinct(self) -> tuple[EvalNode, ...]:
+        """One node per key (its first occurrence), leaves included, post-order.
+
+        Example:
+            >>> import sq_jax as sq
+            >>> eqs = sq.parse("E = g{i1,i2;a1,a2} t{a1,a2;i1,i2}")
+            >>> f = sq.build_forest(eqs, sq.Spaces(i=2, a=3))
+            >>> [n.kind.name for n in f.distinct()]
+            ['LEAF', 'LEAF', 'PRODUCT']
+        """
+        seen: set[str] = set()
+        out: list[EvalNode] = []
+        for root in self.roots:
+            stack: list[tuple[EvalNode, bool]] = [(root.node, False)]
+            while stack:
+                node, expanded = stack.pop()
+                if node.key in seen:
+                    continue  # an equal key has equal children keys: all already listed
+                if expanded or node.left is None:
+                    seen.add(node.key)
+                    out.append(node)
+                    continue
+                stack.append((node, True))
+                stack.append((node.right, False))  # type: ignore[arg-type]
+                stack.append((node.left, False))
+        return tuple(out)
+
+    def values(self) -> tuple[EvalNode, ...]:
+        """The distinct computed values (PRODUCT and SUM), one node per key, post-order.
+
+        Example:
+            >>> import sq_jax as sq
+            >>> eqs = sq.parse("E = g{i1,i2;a1,a2} t{a1,a2;i1,i2}")
+            >>> f = sq.build_forest(eqs, sq.Spaces(i=2, a=3))
+            >>> [v.kind.name for v in f.values()]
+            ['PRODUCT']
+        """
+        return tuple(n for n in self.distinct() if not n.is_leaf)
+
+    def leaves(self) -> tuple[EvalNode, ...]:
+        """The distinct input tensors (LEAF nodes), one node per key, post-order.
+
+        Example:
+            >>> import sq_jax as sq
+            >>> f = sq.build_forest(sq.parse("E = f{i1;i1} + g{i1;i1}"), sq.Spaces(i=2))
+            >>> [n.tensor.label for n in f.leaves()]
+            ['f', 'g']
+        """
+        return tuple(n for n in self.distinct() if n.kind is NodeKind.LEAF)
+
+    def scalars(self) -> tuple[EvalNode, ...]:
+        """The distinct scalar factors (SCALAR nodes), one node per key, post-order.
+
+        Example:
+            >>> import sq_jax as sq
+            >>> f = sq.build_forest(sq.parse("E = ω * f{i1;i1}"), sq.Spaces(i=2))
+            >>> [str(n.scalar) for n in f.scalars()]
+            ['ω']
+        """
+        return tuple(n for n in self.distinct() if n.kind is NodeKind.SCALAR)
+
+    @property
+    def num_occurrences(self) -> dict[str, int]:
+        """How many times each key occurs over all trees, in first-appearance order.
+
+        Example:
+            >>> import sq_jax as sq
+            >>> f = sq.build_forest(sq.parse("E = f{i1;i1} + f{i2;i2}"), sq.Spaces(i=2))
+            >>> sorted(f.num_occurrences.values())
+            [1, 2, 2, 2]
+        """
+        counts: dict[str, int] = {}
+        for node in self.occurrences():
+            counts[node.key] = counts.get(node.key, 0) + 1
+        return counts
+
+    # -- cost ----------------------------------------------------------------------------
+
+    def node_flops(self, node: EvalNode) -> int:
+        """FLOPs of one node on this forest's extents (see :mod:`sq_jax.forest.cost`).
+
+        Example:
+            >>> import sq_jax as sq
+            >>> eqs = sq.parse("E = g{i1,i2;a1,a2} t{a1,a2;i1,i2}")
+            >>> f = sq.build_forest(eqs, sq.Spaces(i=2, a=3))
+            >>> f.node_flops(f.roots[0].node)
+            72
+        """
+        from .cost import node_flops
+
+        return node_flops(node, self.spaces)
+
+    def node_bytes(self, node: EvalNode, itemsize: int = 8) -> int:
+        """Bytes of one node's array on this forest's extents.
+
+        Example:
+            >>> import sq_jax as sq
+            >>> eqs = sq.parse("E = g{i1,i2;a1,a2} t{a1,a2;i1,i2}")
+            >>> f = sq.build_forest(eqs, sq.Spaces(i=2, a=3))
+            >>> f.node_bytes(f.leaves()[0]), f.node_bytes(f.roots[0].node)
+            (288, 8)
+        """
+        from .cost import node_bytes
+
+        return node_bytes(node, self.spaces, itemsize)
+
+    @property
+    def flops(self) -> int:
+        """Total FLOPs, counting each distinct value once.
+
+        Example:
+            >>> import sq_jax as sq
+            >>> eqs = sq.parse("E = g{i1,i2;a1,a2} t{a1,a2;i1,i2}")
+            >>> f = sq.build_forest(eqs, sq.Spaces(i=2, a=3))
+            >>> f.flops
+            72
+        """
+        from .cost import node_flops
+
+        return sum(node_flops(v, self.spaces) for v in self.values())
+
+    def __str__(self) -> str:
+        from .dump import format_forest
+
+        return format_forest(self)
