@@ -1,0 +1,299 @@
+"""Loop placement: record, for every node occurrence, the batch loops it opens.
+
+:func:`annotate` turns a :class:`~sq_jax.plan.batch.BatchPlan` into per-occurrence loop
+annotations. An *occurrence* is one node at one position of one tree, named by
+:class:`OccurrenceId` ``(root number, pre-order position)`` — eval nodes are immutable
+and shared between trees, so the annotation cannot live on the node itself.
+
+Placement rules (deterministic, no cost model):
+
+1. **External**: at each external site — the root node of every equation
+   (``external_site="root"``), or every summand of its top-level sum chain
+   (``external_site="term"``) — every result index whose space is batched in the
+   external role opens its own loop, in the node's canonical index order. A doubles
+   residual batched over both occupied indices therefore opens two loops, and its batch
+   count is the product of the two.
+2. **Contracted**: at every product node, every index summed there (on an operand, not
+   on the result; left operand first) whose space is batched in the contracted role opens
+   a loop. The operand subtrees are sliced, the per-batch partials added.
+3. At one node, external loops come before (outside) contracted ones.
+
+Tests and users can also annotate by hand with :func:`annotate_by_hand`.
+
+Example:
+    >>> from sq_jax.expr.nodes import Index
+    >>> from sq_jax.forest.nodes import EvalNode, Forest, NodeKind, Root
+    >>> from sq_jax.expr.spaces import Spaces
+    >>> from sq_jax.plan import BatchPlan, annotate
+    >>> i1, k1 = Index("i", 1), Index("Κ", 1)
+    >>> a = EvalNode(NodeKind.LEAF, (i1, k1), "A")
+    >>> b = EvalNode(NodeKind.LEAF, (k1,), "B")
+    >>> top = EvalNode(NodeKind.PRODUCT, (i1,), "AB", a, b)
+    >>> forest = Forest((Root("R", (i1,), top),), Spaces(i=4, Κ=8))
+    >>> print(annotate(forest, BatchPlan.of({"i": 2, "Κ": {"block": 4, "roles": "contracted"}})))
+    AnnotatedForest(BatchPlan(i: 2 batches [external, contracted]; Κ: block 4 [contracted]))
+      root 0 @0: i_1 External, Κ_1 Contracted
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from .._errors import PlanError, SqJaxError
+from ..expr.nodes import Index
+from ..forest.nodes import EvalNode, Forest, NodeKind
+from .batch import BatchPlan, LoopKind
+
+__all__ = [
+    "AnnotatedForest",
+    "LoopOpen",
+    "OccurrenceId",
+    "annotate",
+    "annotate_by_hand",
+    "preorder",
+    "summed_indices",
+]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class OccurrenceId:
+    """One node occurrence: tree number and pre-order position within the tree."""
+
+    root: int
+    """Index of the tree in ``forest.roots``."""
+    position: int
+    """Pre-order position in that tree (0 = the root node; left subtree before right)."""
+
+    def __str__(self) -> str:
+        return f"root {self.root} @{self.position}"
+
+
+@dataclass(frozen=True, slots=True)
+class LoopOpen:
+    """A batch loop opened at a node: the mode (with the node's label) and its kind."""
+
+    index: Index
+    """The batched mode, labelled as in the opening node's tree."""
+    kind: LoopKind
+    """``EXTERNAL`` (mode on the node's result) or ``CONTRACTED`` (summed there)."""
+
+    def __str__(self) -> str:
+        return f"{self.index} {self.kind}"
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotatedForest:
+    """An eval forest together with the loops each occurrence opens."""
+
+    forest: Forest
+    """The eval forest."""
+    plan: BatchPlan
+    """The (space-resolved) plan; gives block sizes and batch counts."""
+    opens: tuple[tuple[OccurrenceId, tuple[LoopOpen, ...]], ...] = ()
+    """(occurrence, loops opened there, outermost first), sorted; only non-empty ones."""
+
+    def opens_by_occurrence(self) -> dict[OccurrenceId, tuple[LoopOpen, ...]]:
+        """``opens`` as a dict (build once, look up many times)."""
+        return dict(self.opens)
+
+    def block_of(self, ix: Index) -> int:
+        """Block size of a loop over ``ix`` (the full extent when ``ix`` is not batched)."""
+        extent = self.forest.spaces.extent(ix.space)
+        batch = self.plan.batch_for(ix.space)
+        return extent if batch is None else batch.block_size(extent)
+
+    def num_batches(self, ix: Index) -> int:
+        """Number of batches of a loop over ``ix`` (1 when ``ix`` is not batched)."""
+        batch = self.plan.batch_for(ix.space)
+        return 1 if batch is None else batch.num_batches(self.forest.spaces.extent(ix.space))
+
+    def __str__(self) -> str:
+        lines = [f"AnnotatedForest({self.plan})"]
+        for occ, opens in self.opens:
+            lines.append(f"  {occ}: " + ", ".join(str(o) for o in opens))
+        return "\n".join(lines)
+
+
+def preorder(node: EvalNode) -> Iterator[tuple[int, EvalNode]]:
+    """``(position, node)`` for every node of a tree in pre-order, iteratively.
+
+    Example:
+        >>> from sq_jax.forest.nodes import EvalNode, NodeKind
+        >>> leaf = EvalNode(NodeKind.LEAF, (), "x")
+        >>> [p for p, _ in preorder(EvalNode(NodeKind.SUM, (), "s", leaf, leaf))]
+        [0, 1, 2]
+    """
+    stack = [node]
+    position = 0
+    while stack:
+        n = stack.pop()
+        yield position, n
+        position += 1
+        if n.left is not None:
+            stack.append(n.right)  # type: ignore[arg-type]
+            stack.append(n.left)
+
+
+def summed_indices(node: EvalNode) -> tuple[Index, ...]:
+    """Labels summed at ``node``: on an operand and not on the result (left first).
+
+    Empty for anything but a product. For the trees the forest builder makes this equals
+    :meth:`EvalNode.contracted_indices` (a summed label is on both operands).
+
+    Example:
+        >>> from sq_jax.forest.nodes import EvalNode, NodeKind
+        >>> i, k = Index("i", 1), Index("a", 1)
+        >>> l = EvalNode(NodeKind.LEAF, (i, k), "L")
+        >>> r = EvalNode(NodeKind.LEAF, (k,), "R")
+        >>> summed_indices(EvalNode(NodeKind.PRODUCT, (i,), "P", l, r))
+        (Index('a_1'),)
+    """
+    if node.kind is not NodeKind.PRODUCT:
+        return ()
+    assert node.left is not None and node.right is not None
+    result = set(node.indices)
+    out: list[Index] = []
+    for ix in node.left.indices + node.right.indices:
+        if ix not in result and ix not in out:
+            out.append(ix)
+    return tuple(out)
+
+
+def _external_sites(top: EvalNode, site: str) -> set[int]:
+    """Pre-order positions of the external sites of one tree."""
+    if site == "root" or top.kind is not NodeKind.SUM:
+        return {0}
+    sites = set()
+    stack: list[tuple[EvalNode, bool]] = [(top, True)]
+    position = 0
+    while stack:  # the same order as preorder(), carrying "on the top-level sum spine"
+        n, spine = stack.pop()
+        if spine and n.kind is not NodeKind.SUM:
+            sites.add(position)
+        position += 1
+        if n.left is not None:
+            on = spine and n.kind is NodeKind.SUM
+            stack.append((n.right, on))  # type: ignore[arg-type]
+            stack.append((n.left, on))
+    return sites
+
+
+def _size(node: EvalNode) -> int:
+    return sum(1 for _ in preorder(node))
+
+
+def annotate(forest: Forest, plan: BatchPlan) -> AnnotatedForest:
+    """Open the plan's loops on ``forest`` by the placement rules of the module docstring.
+
+    Args:
+        forest: the eval forest.
+        plan: which spaces to batch and in which roles.
+
+    Returns:
+        The annotated forest (the plan with its space keys resolved).
+
+    Raises:
+        PlanError: if the plan names a space ``forest.spaces`` does not know.
+
+    Example:
+        >>> from sq_jax.forest.nodes import EvalNode, Forest, NodeKind, Root
+        >>> from sq_jax.expr.spaces import Spaces
+        >>> i1 = Index("i", 1)
+        >>> leaf = EvalNode(NodeKind.LEAF, (i1,), "t")
+        >>> forest = Forest((Root("R", (i1,), leaf),), Spaces(i=4))
+        >>> [(str(occ), [str(o) for o in opens])
+        ...  for occ, opens in annotate(forest, BatchPlan.of({"i": 2})).opens]
+        [('root 0 @0', ['i_1 External'])]
+    """
+    plan = plan.resolved(forest.spaces)
+    opens: dict[OccurrenceId, list[LoopOpen]] = {}
+    for r, root in enumerate(forest.roots):
+        sites = _external_sites(root.node, plan.external_site)
+        for pos, node in preorder(root.node):
+            here: list[LoopOpen] = []
+            if pos in sites:
+                here += [
+                    LoopOpen(ix, LoopKind.EXTERNAL)
+                    for ix in dict.fromkeys(node.indices)
+                    if plan.is_batched(ix.space, LoopKind.EXTERNAL)
+                ]
+            here += [
+                LoopOpen(ix, LoopKind.CONTRACTED)
+                for ix in summed_indices(node)
+                if plan.is_batched(ix.space, LoopKind.CONTRACTED)
+            ]
+            if here:
+                opens[OccurrenceId(r, pos)] = here
+    return AnnotatedForest(forest, plan, tuple((occ, tuple(o)) for occ, o in sorted(opens.items())))
+
+
+def _parse_index(text: str) -> Index:
+    head = text.rstrip("0123456789")
+    digits = text[len(head) :]
+    if not digits or not head:
+        raise PlanError(f"cannot read index {text!r}; write it as e.g. 'i_1' or 'Κ_2'.")
+    return Index(head.rstrip("_"), int(digits))
+
+
+def annotate_by_hand(
+    forest: Forest,
+    plan: BatchPlan,
+    opens: Mapping[tuple[int, int], Sequence[tuple[Index | str, LoopKind | str]]],
+) -> AnnotatedForest:
+    """Annotate ``forest`` with explicitly given loop openings.
+
+    Args:
+        forest: the eval forest.
+        plan: gives block sizes (every opened space must be in it).
+        opens: ``{(root, pre-order position): [(index, kind), ...]}``, outermost first;
+            an index may be written ``"i_1"``, a kind ``"External"``/``"Contracted"``.
+
+    Returns:
+        The annotated forest. Whether each open makes sense for its node is checked when
+        the rich schedule is built.
+
+    Raises:
+        PlanError: for a position outside its tree, an unknown kind or an opened space
+            that the plan does not batch.
+
+    Example:
+        >>> from sq_jax.forest.nodes import EvalNode, Forest, NodeKind, Root
+        >>> from sq_jax.expr.spaces import Spaces
+        >>> i1 = Index("i", 1)
+        >>> forest = Forest((Root("R", (i1,), EvalNode(NodeKind.LEAF, (i1,), "t")),), Spaces(i=4))
+        >>> print(annotate_by_hand(forest, BatchPlan.of({"i": 2}), {(0, 0): [("i_1", "External")]}))
+        AnnotatedForest(BatchPlan(i: 2 batches [external, contracted]))
+          root 0 @0: i_1 External
+    """
+    plan = plan.resolved(forest.spaces)
+    sizes = [_size(root.node) for root in forest.roots]
+    out: dict[OccurrenceId, tuple[LoopOpen, ...]] = {}
+    for (r, pos), items in opens.items():
+        if not (0 <= r < len(sizes) and 0 <= pos < sizes[r]):
+            raise PlanError(
+                f"occurrence (root {r}, position {pos}) does not exist; the forest has "
+                f"{len(sizes)} tree(s) of sizes {sizes}."
+            )
+        loops = []
+        for ix, kind in items:
+            index = _parse_index(ix) if isinstance(ix, str) else ix
+            try:
+                index = Index(forest.spaces.resolve(index.space), index.ordinal, index.protos)
+            except SqJaxError as err:
+                raise PlanError(f"loop over `{index}` at root {r} @{pos}: {err}") from None
+            try:
+                loop_kind = kind if isinstance(kind, LoopKind) else LoopKind(kind)
+            except ValueError:
+                raise PlanError(
+                    f"unknown loop kind {kind!r}; use 'External' or 'Contracted'."
+                ) from None
+            if plan.batch_for(index.space) is None:
+                raise PlanError(
+                    f"loop over `{index}` at root {r} @{pos}: space `{index.space}` is not "
+                    f"in the plan {plan}; add it so the loop has a batch count."
+                )
+            loops.append(LoopOpen(index, loop_kind))
+        if loops:
+            out[OccurrenceId(r, pos)] = tuple(loops)
+    return AnnotatedForest(forest, plan, tuple(sorted(out.items())))

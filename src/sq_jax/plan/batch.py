@@ -1,0 +1,210 @@
+"""Batch plans: which index spaces are cut into batches, how finely, and in which roles.
+
+A :class:`BatchPlan` is the user-facing description of memory blocking. For each batched
+index space it gives the number of batches (or the block size) and the roles in which
+the space may be batched:
+
+* **external** — a mode present on a term's result: the loop opens at the term's root,
+  and each batch writes a disjoint slice of the result (SeQuant's ``External``);
+* **contracted** — a mode summed at a node: the loop opens at that node, its operand
+  subtrees are sliced, and the per-batch partial results are added (``Contracted``).
+
+Where exactly the loops open is decided by :func:`sq_jax.plan.annotate`.
+
+Example:
+    >>> from sq_jax.plan import BatchPlan
+    >>> plan = BatchPlan.of({"i": 2, "Κ": {"block": 16, "roles": "contracted"}})
+    >>> str(plan)
+    'BatchPlan(i: 2 batches [external, contracted]; Κ: block 16 [contracted])'
+    >>> plan.batch_for("i").num_batches(9), plan.batch_for("i").block_size(9)
+    (2, 5)
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .._errors import PlanError, SqJaxError
+from ..expr.spaces import Spaces
+
+__all__ = ["BatchPlan", "LoopKind", "SpaceBatch"]
+
+
+class LoopKind(enum.Enum):
+    """How a batch loop combines its batches (SeQuant's ``BatchModeType``)."""
+
+    CONTRACTED = "Contracted"
+    """The loop's mode is summed at the opening node: per-batch partials are added."""
+    EXTERNAL = "External"
+    """The loop's mode is on the opening node's result: per-batch pieces are scattered."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceBatch:
+    """How one index space is batched.
+
+    Exactly one of ``batches`` and ``block`` is set. Raises :class:`PlanError` otherwise.
+
+    Example:
+        >>> SpaceBatch("a", batches=3).block_size(10)
+        4
+        >>> SpaceBatch("a", block=4).num_batches(10)
+        3
+    """
+
+    space: str
+    """The index space key (``"i"``, ``"a"``, ``"Κ"`` …)."""
+    batches: int | None = None
+    """Number of batches the extent is cut into (the last one may be smaller)."""
+    block: int | None = None
+    """Elements per batch (the last batch may be smaller)."""
+    external: bool = True
+    """Whether the space may be batched where it is on a term's result."""
+    contracted: bool = True
+    """Whether the space may be batched where it is summed."""
+
+    def __post_init__(self) -> None:
+        if (self.batches is None) == (self.block is None):
+            raise PlanError(
+                f"space `{self.space}`: give exactly one of batches= and block= "
+                f"(got batches={self.batches!r}, block={self.block!r})."
+            )
+        for name, value in (("batches", self.batches), ("block", self.block)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise PlanError(
+                    f"space `{self.space}`: {name} must be a positive int, got {value!r}."
+                )
+        if not (self.external or self.contracted):
+            raise PlanError(
+                f"space `{self.space}`: enable at least one role (external or contracted), "
+                "or leave the space out of the plan."
+            )
+
+    def block_size(self, extent: int) -> int:
+        """Elements per batch for a mode of ``extent`` elements (at least 1)."""
+        if self.block is not None:
+            return max(1, min(self.block, extent))
+        assert self.batches is not None
+        return max(1, -(-extent // self.batches))
+
+    def num_batches(self, extent: int) -> int:
+        """Number of batches for a mode of ``extent`` elements: ``ceil(extent / block)``."""
+        return max(1, -(-extent // self.block_size(extent)))
+
+    @property
+    def roles(self) -> str:
+        """The enabled roles, as text."""
+        return ", ".join(
+            name
+            for name, on in (("external", self.external), ("contracted", self.contracted))
+            if on
+        )
+
+    def __str__(self) -> str:
+        size = f"{self.batches} batches" if self.batches is not None else f"block {self.block}"
+        return f"{self.space}: {size} [{self.roles}]"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan:
+    """Which spaces are batched, how finely, and where external loops open.
+
+    Example:
+        >>> plan = BatchPlan((SpaceBatch("a", batches=2, contracted=False),))
+        >>> plan.is_batched("a", LoopKind.EXTERNAL), plan.is_batched("a", LoopKind.CONTRACTED)
+        (True, False)
+    """
+
+    spaces: tuple[SpaceBatch, ...] = ()
+    """One entry per batched space, in the order given."""
+    external_site: str = "root"
+    """Where external loops open: ``"root"`` (each equation's top node, the default) or
+    ``"term"`` (each summand of the equation's top-level sum chain)."""
+
+    def __post_init__(self) -> None:
+        keys = [s.space for s in self.spaces]
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        if dup:
+            raise PlanError(f"space(s) {', '.join(f'`{k}`' for k in dup)} given twice.")
+        if self.external_site not in ("root", "term"):
+            raise PlanError(f"external_site must be 'root' or 'term', got {self.external_site!r}.")
+
+    @classmethod
+    def of(cls, batches: Mapping[str, Any], *, external_site: str = "root") -> BatchPlan:
+        """Build a plan from a mapping ``{space: n_batches | {batches|block, roles}}``.
+
+        ``roles`` is ``"external"``, ``"contracted"`` or ``"both"`` (the default).
+
+        Raises:
+            PlanError: for an unknown role or a bad count.
+
+        Example:
+            >>> str(BatchPlan.of({"a": {"batches": 2, "roles": "external"}}))
+            'BatchPlan(a: 2 batches [external])'
+        """
+        out = []
+        for space, spec in batches.items():
+            if isinstance(spec, Mapping):
+                roles = spec.get("roles", "both")
+                if roles not in ("external", "contracted", "both"):
+                    raise PlanError(
+                        f"space `{space}`: roles must be 'external', 'contracted' or "
+                        f"'both', got {roles!r}."
+                    )
+                out.append(
+                    SpaceBatch(
+                        space,
+                        batches=spec.get("batches"),
+                        block=spec.get("block"),
+                        external=roles in ("external", "both"),
+                        contracted=roles in ("contracted", "both"),
+                    )
+                )
+            else:
+                out.append(SpaceBatch(space, batches=spec))
+        return cls(tuple(out), external_site)
+
+    def resolved(self, spaces: Spaces) -> BatchPlan:
+        """This plan with every space key replaced by its canonical key in ``spaces``.
+
+        Raises:
+            PlanError: for a space ``spaces`` does not know.
+
+        Example:
+            >>> from sq_jax.expr.spaces import Spaces
+            >>> str(BatchPlan.of({"K": 4}).resolved(Spaces(K=8)))
+            'BatchPlan(Κ: 4 batches [external, contracted])'
+        """
+        out = []
+        for s in self.spaces:
+            try:
+                key = spaces.resolve(s.space)
+            except SqJaxError as err:
+                raise PlanError(f"batch plan names an unknown space: {err}") from None
+            out.append(replace(s, space=key))
+        return BatchPlan(tuple(out), self.external_site)
+
+    def batch_for(self, space: str) -> SpaceBatch | None:
+        """The entry for ``space``, or ``None`` if it is not batched."""
+        for s in self.spaces:
+            if s.space == space:
+                return s
+        return None
+
+    def is_batched(self, space: str, kind: LoopKind) -> bool:
+        """Whether ``space`` may be batched in role ``kind``."""
+        s = self.batch_for(space)
+        if s is None:
+            return False
+        return s.external if kind is LoopKind.EXTERNAL else s.contracted
+
+    def __str__(self) -> str:
+        return "BatchPlan(" + "; ".join(str(s) for s in self.spaces) + ")"
