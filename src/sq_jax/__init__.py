@@ -46,12 +46,12 @@ from .forest.nodes import Forest as Forest  # noqa: E402
 from .forest.nodes import NodeKind as NodeKind  # noqa: E402
 from .forest.nodes import Root as Root  # noqa: E402
 from .forest.reference import evaluate_reference as evaluate_reference  # noqa: E402
+from .forest.reference import evaluate_reference_jax as evaluate_reference_jax  # noqa: E402
 from .plan.batch import BatchPlan as BatchPlan  # noqa: E402
 from .plan.batch import LoopKind as LoopKind  # noqa: E402
 from .schedule import ScheduledForest as ScheduledForest  # noqa: E402
 from .schedule import schedule as schedule  # noqa: E402
 from .schedule import schedule_forest as schedule_forest  # noqa: E402
 from .schedule.ir import OrderedSchedule as OrderedSchedule  # noqa: E402
-from .forest.reference import evaluate_reference_jax as evaluate_reference_jax  # noqa: E402
 
 __version__ = "0.1.0"
