@@ -1,0 +1,88 @@
+"""The coupled-cluster equation library: SeQuant-syntax text shipped as package data.
+
+Each file ``cc/equations/<name>.txt`` holds one equation per line (``E = …``,
+``R1{a_1;i_1} = …``, ``R2{a_1,a_2;i_1,i_2} = …``) after a header of ``#`` comment lines
+that :func:`load_equations` drops. Conventions are SeQuant's:
+
+* ``t{a_1;i_1}`` is T1[a, i] and ``t{a_1,a_2;i_1,i_2}`` is T2[a, b, i, j];
+* ``f{p;q}`` is F[p, q]; ``g{p,q;r,s}:A`` is ⟨pq‖rs⟩ (spin-orbital files);
+* residual terms start with ``Â{i_1,i_2;a_1,a_2}``, the *unnormalized* signed sum over
+  the permutations of the occupied indices and, independently, of the virtual ones;
+* a residual is the projection ⟨Φ|H̄|0⟩ with the diagonal Fock terms included (a general,
+  non-canonical Fock matrix is allowed), so the Jacobi update is ``t ← t + R / D`` with
+  D1[a, i] = f_ii − f_aa and D2[a, b, i, j] = f_ii + f_jj − f_aa − f_bb.
+
+==========  =============================================  ===================
+name        equations                                      terms (E, R1, R2)
+==========  =============================================  ===================
+``ccsd_so`` spin-orbital CCSD                              3, 14, 31
+``ccd_so``  spin-orbital CCD                               1, —, 10
+==========  =============================================  ===================
+
+The term counts of ``ccsd_so`` are those of SeQuant's ``mbpt::CC{2}.t()``.
+
+Example:
+    >>> from sq_jax.cc.equations import available, load_equations
+    >>> available()
+    ('ccd_so', 'ccsd_so')
+    >>> load_equations("ccd_so").splitlines()[0]
+    'E = 1/4 g{i_1,i_2;a_1,a_2}:A * t{a_1,a_2;i_1,i_2}:A'
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from .._errors import InputError
+
+__all__ = ["available", "load_equations"]
+
+_PACKAGE = "sq_jax.cc"
+_FOLDER = "equations"
+
+
+def _folder():
+    return resources.files(_PACKAGE) / _FOLDER
+
+
+def available() -> tuple[str, ...]:
+    """Names of the shipped equation sets, sorted.
+
+    Returns:
+        The names accepted by :func:`load_equations`.
+
+    Example:
+        >>> "ccsd_so" in available()
+        True
+    """
+    return tuple(
+        sorted(p.name[: -len(".txt")] for p in _folder().iterdir() if p.name.endswith(".txt"))
+    )
+
+
+def load_equations(name: str) -> str:
+    """The text of a shipped equation set, one equation per line, comments removed.
+
+    Args:
+        name: one of :func:`available`, e.g. ``"ccsd_so"``.
+
+    Returns:
+        The equations in SeQuant text syntax, ready for ``sq_jax.parse``.
+
+    Raises:
+        InputError: if ``name`` is not a shipped equation set.
+
+    Example:
+        >>> text = load_equations("ccsd_so")
+        >>> [line.split(" = ")[0] for line in text.splitlines()]
+        ['E', 'R1{a_1;i_1}', 'R2{a_1,a_2;i_1,i_2}']
+    """
+    names = available()
+    if name not in names:
+        raise InputError(
+            f"Unknown equation set {name!r}; the shipped ones are {', '.join(names)}. "
+            "Pass one of those names, or read your own file and call `sq_jax.parse`."
+        )
+    text = (_folder() / f"{name}.txt").read_text(encoding="utf-8")
+    lines = [ln.strip() for ln in text.splitlines()]
+    return "\n".join(ln for ln in lines if ln and not ln.startswith("#")) + "\n"

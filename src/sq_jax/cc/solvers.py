@@ -1,0 +1,576 @@
+"""Amplitude solvers for coupled-cluster equations: Jacobi + DIIS, and Newton–Krylov.
+
+The solvers know nothing about how residuals are computed. They take
+
+* ``residual_fn(amplitudes) -> residuals``: a dict of arrays to a dict of arrays with the
+  same keys and shapes (for CCSD, R1 and R2 as ⟨Φ|H̄|0⟩ with the diagonal Fock terms
+  included);
+* ``energy_fn(amplitudes) -> scalar``: the correlation energy;
+* ``denominators``: a dict like the amplitudes such that ``t ← t + R / D`` is the Jacobi
+  update: D1 = f_ii − f_aa, D2 = f_ii + f_jj − f_aa − f_bb (negative for a normal
+  reference), because the residual's diagonal Fock part is R ≈ −D·t + ….
+
+References:
+    P. Pulay, Chem. Phys. Lett. 73, 393 (1980) — DIIS. G. E. Scuseria, T. J. Lee and
+    H. F. Schaefer, Chem. Phys. Lett. 130, 236 (1986) — DIIS for coupled cluster, with
+    error vectors t_new − t_old. D. A. Knoll and D. E. Keyes, J. Comput. Phys. 193, 357
+    (2004) — Jacobian-free Newton–Krylov; S. C. Eisenstat and H. F. Walker, SIAM J. Sci.
+    Comput. 17, 16 (1996) — forcing terms.
+
+Known limitations: the outer loops run in Python (one jitted call per iteration), so
+iteration counts and histories are concrete; DIIS vectors are kept on the device, the
+small DIIS matrix is solved on the host.
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> from sq_jax.cc.solvers import CCStatus, solve_diis
+    >>> d = {"t": jnp.array([2.0, 3.0])}
+    >>> res = solve_diis(
+    ...     lambda t: {"t": jnp.array([1.0, 1.0]) - d["t"] * t["t"] - 0.1 * t["t"] ** 2},
+    ...     lambda t: jnp.sum(t["t"]),
+    ...     {"t": jnp.zeros(2)},
+    ...     d,
+    ... )
+    >>> res.converged, bool(res.status == CCStatus.CONVERGED), res.message
+    (True, True, 'converged')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from .._errors import InputError
+
+__all__ = [
+    "CCIteration",
+    "CCResult",
+    "CCStatus",
+    "CCTimings",
+    "antisymmetrize",
+    "solve_diis",
+    "solve_newton_krylov",
+]
+
+Amplitudes = Mapping[str, Any]
+
+
+class CCStatus(eqx.Enumeration):
+    """Why an amplitude solve stopped.
+
+    Example:
+        >>> CCStatus[CCStatus.NON_FINITE]
+        'the energy or the residual became non-finite (NaN or inf)'
+    """
+
+    CONVERGED = "converged"
+    MAX_ITERATIONS = (
+        "the iteration limit was reached before |ΔE| < e_tol and ‖Δt‖ < t_tol; raise "
+        "`max_iter`, loosen the thresholds, or check the starting amplitudes"
+    )
+    NON_FINITE = "the energy or the residual became non-finite (NaN or inf)"
+
+
+@dataclasses.dataclass(frozen=True)
+class CCIteration:
+    """One iteration of a solve.
+
+    Attributes:
+        iteration: 1-based iteration (cycle) number.
+        energy: the energy after this iteration's update.
+        delta_energy: change of the energy in this iteration.
+        amplitude_change: ‖t_new − t_old‖ (2-norm over all amplitudes, before DIIS
+            extrapolation for :func:`solve_diis`, the Newton step for Newton–Krylov).
+        residual_norm: ‖R‖ at the amplitudes this iteration started from.
+        linear_steps: GMRES restart cycles of a Newton iteration (lineax's ``num_steps``;
+            each costs up to ``gmres_restart`` Jacobian-vector products); 0 for DIIS.
+        seconds: wall time of the iteration (the first includes compilation).
+    """
+
+    iteration: int
+    energy: float
+    delta_energy: float
+    amplitude_change: float
+    residual_norm: float
+    linear_steps: int
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class CCTimings:
+    """Wall-clock times of a solve, in seconds.
+
+    Attributes:
+        total: the whole solve.
+        first_iteration: the first iteration, which includes tracing and compilation.
+        per_iteration: the mean of the later iterations (``nan`` with only one).
+    """
+
+    total: float
+    first_iteration: float
+    per_iteration: float
+
+
+class CCResult(eqx.Module):
+    """The outcome of an amplitude solve.
+
+    Attributes:
+        energy: the final energy (a 0-d array).
+        amplitudes: the final amplitudes, same keys and shapes as the start.
+        status: a :class:`CCStatus` item (``CCStatus[result.status]`` is its message).
+        converged: whether ``status`` is ``CONVERGED``.
+        iterations: iterations (residual evaluations for DIIS, Newton steps otherwise).
+        history: one :class:`CCIteration` per iteration.
+        timings: :class:`CCTimings`.
+    """
+
+    energy: jax.Array
+    amplitudes: dict[str, jax.Array]
+    status: Any
+    converged: bool = eqx.field(static=True)
+    iterations: int = eqx.field(static=True)
+    history: tuple[CCIteration, ...] = eqx.field(static=True)
+    timings: CCTimings = eqx.field(static=True)
+
+    @property
+    def message(self) -> str:
+        """The human-readable status message."""
+        return CCStatus[self.status]
+
+
+def _prepare(t0: Amplitudes, denominators: Amplitudes) -> tuple[jax.Array, Callable, jax.Array]:
+    if not isinstance(t0, Mapping) or not isinstance(denominators, Mapping):
+        raise InputError(
+            "`t0` and `denominators` must be dicts of arrays (e.g. {'t1': T1, 't2': T2}); "
+            f"received {type(t0).__name__} and {type(denominators).__name__}."
+        )
+    problems = []
+    if set(t0) != set(denominators):
+        problems.append(
+            f"keys differ: amplitudes {sorted(t0)} vs denominators {sorted(denominators)}"
+        )
+    else:
+        for key in t0:
+            ts, ds = np.shape(t0[key]), np.shape(denominators[key])
+            if ts != ds:
+                problems.append(f"`{key}`: amplitudes shape {ts}, denominators shape {ds}")
+    if problems:
+        raise InputError(
+            "Amplitudes and denominators must match key by key and shape by shape:\n"
+            + "\n".join(f"  * {p}" for p in problems)
+            + "\nBuild the denominators from the same Fock matrix, e.g. "
+            "`ints.denominators()`."
+        )
+    t0 = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in t0.items()}
+    x0, unravel = ravel_pytree(t0)
+    d, _ = ravel_pytree({k: jnp.asarray(denominators[k], dtype=jnp.float64) for k in t0})
+    if not bool(jnp.all(jnp.isfinite(d))) or bool(jnp.any(d == 0)):
+        raise InputError(
+            "Every denominator must be finite and non-zero; received zeros or non-finite "
+            "values. Check the Fock diagonal (occupied energies below virtual ones)."
+        )
+    return x0, unravel, d
+
+
+def _finish(x, energy, unravel, status, iterations, history, t_start, throw, method) -> CCResult:
+    total = time.perf_counter() - t_start
+    secs = [h.seconds for h in history]
+    timings = CCTimings(
+        total=total,
+        first_iteration=secs[0] if secs else 0.0,
+        per_iteration=float(np.mean(secs[1:])) if len(secs) > 1 else math.nan,
+    )
+    converged = status is CCStatus.CONVERGED
+    energy = jnp.asarray(energy)
+    if throw and not converged:
+        energy = eqx.error_if(energy, True, f"{method} solve failed: {CCStatus[status]}")
+    return CCResult(
+        energy=energy,
+        amplitudes=unravel(x),
+        status=status,
+        converged=converged,
+        iterations=iterations,
+        history=tuple(history),
+        timings=timings,
+    )
+
+
+def _log(verbose: bool, method: str, it: CCIteration, extra: str = "") -> None:
+    if verbose:
+        print(
+            f"cycle = {it.iteration}  E_corr({method}) = {it.energy:.15g}  "
+            f"dE = {it.delta_energy:.9g}  norm(t1,t2) = {it.amplitude_change:.6g}{extra}",
+            flush=True,
+        )
+
+
+def _diis_extrapolate(vecs: list, errs: list, overlaps: np.ndarray) -> jax.Array:
+    n = len(vecs)
+    b = np.zeros((n + 1, n + 1))
+    scale = max(float(np.max(np.abs(np.diag(overlaps)))), 1e-300)
+    b[:n, :n] = overlaps / scale
+    b[n, :n] = b[:n, n] = -1.0
+    rhs = np.zeros(n + 1)
+    rhs[n] = -1.0
+    c = np.linalg.lstsq(b, rhs, rcond=1e-14)[0][:n]
+    x = c[0] * vecs[0]
+    for ci, vi in zip(c[1:], vecs[1:], strict=True):
+        x = x + ci * vi
+    return x
+
+
+def solve_diis(
+    residual_fn: Callable[[dict[str, jax.Array]], Mapping[str, jax.Array]],
+    energy_fn: Callable[[dict[str, jax.Array]], jax.Array],
+    t0: Amplitudes,
+    denominators: Amplitudes,
+    *,
+    max_iter: int = 100,
+    e_tol: float = 1e-10,
+    t_tol: float = 1e-8,
+    diis_space: int = 6,
+    diis_start: int = 0,
+    jit: bool = True,
+    method: str = "CCSD",
+    verbose: bool = False,
+    throw: bool = False,
+) -> CCResult:
+    """Solve R(t) = 0 by Jacobi iterations t ← t + R/D accelerated by DIIS.
+
+    Each iteration computes the Jacobi update t_new = t + R(t)/D, stores t_new with the
+    error vector t_new − t, and (from iteration ``diis_start + 1`` on) replaces t_new by
+    the DIIS extrapolation of the last ``diis_space`` stored vectors. It stops when
+    |ΔE| < ``e_tol`` and ‖t_new − t‖ < ``t_tol`` (PySCF's two criteria), or at
+    ``max_iter`` iterations, or when the energy or the update becomes non-finite.
+
+    Args:
+        residual_fn: amplitudes dict → residuals dict (same keys and shapes).
+        energy_fn: amplitudes dict → scalar energy.
+        t0: starting amplitudes, e.g. MP2 amplitudes.
+        denominators: D with ``t ← t + R / D`` the Jacobi update (D1 = f_ii − f_aa
+            etc.), same keys and shapes as ``t0``.
+        max_iter: iteration limit.
+        e_tol: energy-change threshold.
+        t_tol: amplitude-change threshold (2-norm over all amplitudes).
+        diis_space: number of stored vectors (1 turns DIIS off).
+        diis_start: iterations of plain Jacobi before DIIS starts.
+        jit: ``jax.jit`` the residual and energy functions (they must be traceable).
+        method: the name printed in progress lines.
+        verbose: print one PySCF-style line per iteration.
+        throw: raise (through ``eqx.error_if``) when the solve does not converge,
+            instead of returning a result with a failure status.
+
+    Returns:
+        A :class:`CCResult`.
+
+    Raises:
+        InputError: if amplitudes and denominators do not match, or a denominator is
+            zero or non-finite.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> d = {"t": jnp.array([1.0, 2.0])}
+        >>> res = solve_diis(
+        ...     lambda t: {"t": 1.0 - d["t"] * t["t"] + 0.2 * t["t"][::-1]},
+        ...     lambda t: jnp.sum(t["t"]),
+        ...     {"t": jnp.zeros(2)},
+        ...     d,
+        ... )
+        >>> res.converged, [round(float(v), 6) for v in res.amplitudes["t"]]
+        (True, [1.122449, 0.612245])
+    """
+    t_start = time.perf_counter()
+    x, unravel, d = _prepare(t0, denominators)
+
+    def update(xv):
+        t = unravel(xv)
+        r = residual_fn(t)
+        _check_residuals(r, t)
+        rv, _ = ravel_pytree({k: jnp.asarray(r[k]) for k in sorted(r)})
+        return xv + rv / d, jnp.linalg.norm(rv)
+
+    def energy(xv):
+        return energy_fn(unravel(xv))
+
+    if jit:
+        update, energy = jax.jit(update), jax.jit(energy)
+    e_old = float(energy(x))
+    vecs: list = []
+    errs: list = []
+    overlaps = np.zeros((0, 0))
+    history: list[CCIteration] = []
+    status = CCStatus.MAX_ITERATIONS
+    for k in range(1, max_iter + 1):
+        t_it = time.perf_counter()
+        x_new, rnorm = update(x)
+        err = x_new - x
+        normt = float(jnp.linalg.norm(err))
+        if k > diis_start and diis_space > 1:
+            if len(vecs) == diis_space:
+                vecs, errs, overlaps = vecs[1:], errs[1:], overlaps[1:, 1:]
+            row = np.array([float(jnp.vdot(e, err)) for e in errs] + [normt**2])
+            vecs, errs = [*vecs, x_new], [*errs, err]
+            n = len(errs)
+            grown = np.zeros((n, n))
+            grown[: n - 1, : n - 1] = overlaps
+            grown[n - 1, :] = grown[:, n - 1] = row
+            overlaps = grown
+            if n > 1 and np.all(np.isfinite(overlaps)):
+                x_new = _diis_extrapolate(vecs, errs, overlaps)
+        e_new = float(energy(x_new))
+        it = CCIteration(
+            iteration=k,
+            energy=e_new,
+            delta_energy=e_new - e_old,
+            amplitude_change=normt,
+            residual_norm=float(rnorm),
+            linear_steps=0,
+            seconds=time.perf_counter() - t_it,
+        )
+        history.append(it)
+        _log(verbose, method, it)
+        x = x_new
+        if not (math.isfinite(e_new) and math.isfinite(normt)):
+            status = CCStatus.NON_FINITE
+            break
+        if abs(e_new - e_old) < e_tol and normt < t_tol:
+            status = CCStatus.CONVERGED
+            break
+        e_old = e_new
+    return _finish(x, e_new, unravel, status, len(history), history, t_start, throw, method)
+
+
+def antisymmetrize(amplitudes: Mapping[str, Any]) -> dict[str, jax.Array]:
+    """Project spin-orbital amplitudes onto their antisymmetric part.
+
+    A rank-2k array (SeQuant layout: k virtual slots, then k occupied slots) is replaced
+    by its normalized antisymmetrization over the first k axes and, independently, over
+    the last k axes; rank-2 arrays are returned unchanged. This is an orthogonal
+    projector, suitable as ``project=`` of :func:`solve_newton_krylov`.
+
+    Args:
+        amplitudes: a dict of arrays of even rank.
+
+    Returns:
+        A dict with the same keys.
+
+    Raises:
+        InputError: if an array has odd rank.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> t2 = jnp.zeros((2, 2, 2, 2)).at[0, 1, 0, 1].set(4.0)
+        >>> float(antisymmetrize({"t2": t2})["t2"][1, 0, 0, 1])
+        -1.0
+    """
+    out = {}
+    for key, value in amplitudes.items():
+        a = jnp.asarray(value)
+        if a.ndim % 2:
+            raise InputError(
+                f"antisymmetrize: `{key}` has odd rank {a.ndim}; amplitudes must have k "
+                "virtual slots followed by k occupied slots."
+            )
+        k = a.ndim // 2
+        for lo in (0, k):
+            acc = jnp.zeros_like(a)
+            perms = list(itertools.permutations(range(k)))
+            for perm in perms:
+                axes = list(range(a.ndim))
+                axes[lo : lo + k] = [lo + p for p in perm]
+                acc = acc + _perm_sign(perm) * jnp.transpose(a, axes)
+            a = acc / len(perms)
+        out[key] = a
+    return out
+
+
+def _perm_sign(perm: tuple[int, ...]) -> int:
+    sign = 1
+    for i in range(len(perm)):
+        for j in range(i + 1, len(perm)):
+            if perm[i] > perm[j]:
+                sign = -sign
+    return sign
+
+
+def _check_residuals(r: Any, t: Mapping[str, Any]) -> None:
+    """Check (at trace time: only keys and shapes) that residuals match the amplitudes."""
+    if not isinstance(r, Mapping) or set(r) != set(t):
+        got = sorted(r) if isinstance(r, Mapping) else type(r).__name__
+        raise InputError(
+            f"`residual_fn` must return a dict with the amplitudes' keys {sorted(t)}; "
+            f"received {got}. Return one residual per amplitude block."
+        )
+    bad = [
+        f"`{k}`: {np.shape(r[k])} vs {np.shape(t[k])}"
+        for k in t
+        if np.shape(r[k]) != np.shape(t[k])
+    ]
+    if bad:
+        raise InputError(
+            "Each residual must have its amplitude's shape:\n" + "\n".join(f"  * {b}" for b in bad)
+        )
+
+
+def solve_newton_krylov(
+    residual_fn: Callable[[dict[str, jax.Array]], Mapping[str, jax.Array]],
+    energy_fn: Callable[[dict[str, jax.Array]], jax.Array],
+    t0: Amplitudes,
+    denominators: Amplitudes,
+    *,
+    max_iter: int = 20,
+    e_tol: float = 1e-10,
+    t_tol: float = 1e-8,
+    forcing: float = 1e-2,
+    gmres_restart: int = 10,
+    gmres_max_steps: int = 50,
+    gmres_atol: float | None = None,
+    project: Callable[[dict[str, jax.Array]], Mapping[str, jax.Array]] | None = None,
+    method: str = "CCSD",
+    verbose: bool = False,
+    throw: bool = False,
+) -> CCResult:
+    """Solve R(t) = 0 by inexact Newton steps with matrix-free, preconditioned GMRES.
+
+    Each outer iteration linearizes the residual at t (``jax.linearize``: the Jacobian-
+    vector product is forward-mode AD, never a matrix), and solves J δ = −R with lineax
+    GMRES, right-preconditioned by the denominators (J ≈ −D, so the solve is for
+    (J M) y = −R with M = −1/D and δ = M y). The GMRES relative tolerance (forcing term)
+    is ``min(forcing, ‖R‖)``, which gives quadratic convergence near the solution. It
+    stops when |ΔE| < ``e_tol`` and ‖δ‖ < ``t_tol``, at ``max_iter`` Newton steps, or
+    when the energy or the residual becomes non-finite.
+
+    Args:
+        residual_fn: amplitudes dict → residuals dict (same keys and shapes); must be
+            JAX-traceable and differentiable.
+        energy_fn: amplitudes dict → scalar energy (traceable).
+        t0: starting amplitudes, e.g. MP2 amplitudes.
+        denominators: D with ``t ← t + R / D`` the Jacobi update (D1 = f_ii − f_aa
+            etc.), same keys and shapes as ``t0``.
+        max_iter: limit on Newton (outer) iterations.
+        e_tol: energy-change threshold.
+        t_tol: step-norm threshold (2-norm over all amplitudes).
+        forcing: largest GMRES relative tolerance.
+        gmres_restart: GMRES Krylov dimension before a restart.
+        gmres_max_steps: limit on GMRES restart cycles per Newton iteration.
+        gmres_atol: absolute GMRES tolerance on the preconditioned system (in residual
+            units, max-norm); default ``1e-3 * t_tol``, so that a Newton step near the
+            solution is not asked for more digits than float64 holds.
+        project: the orthogonal projector onto the physical amplitudes, if the dict holds
+            redundant components (spin-orbital T2 stored in full: pass
+            :func:`antisymmetrize`). Newton directions are projected, and the operator
+            is the identity on the complement, so GMRES never sees the null space of the
+            Jacobian there. ``None``: every component is independent.
+        method: the name printed in progress lines.
+        verbose: print one PySCF-style line per Newton iteration.
+        throw: raise (through ``eqx.error_if``) when the solve does not converge.
+
+    Returns:
+        A :class:`CCResult`; ``history[k].linear_steps`` holds the GMRES restart cycles.
+
+    Raises:
+        InputError: if amplitudes and denominators do not match, or a denominator is
+            zero or non-finite.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> d = {"t": jnp.array([1.0, 2.0])}
+        >>> res = solve_newton_krylov(
+        ...     lambda t: {"t": 1.0 - d["t"] * t["t"] + 0.2 * t["t"][::-1] ** 2},
+        ...     lambda t: jnp.sum(t["t"]),
+        ...     {"t": jnp.zeros(2)},
+        ...     d,
+        ... )
+        >>> res.converged, res.iterations <= 6
+        (True, True)
+    """
+    try:
+        import lineax as lx
+    except ImportError as err:  # pragma: no cover - lineax is a declared dependency
+        raise ImportError(
+            "solve_newton_krylov needs lineax for its matrix-free GMRES; install it with "
+            "`pip install lineax`."
+        ) from err
+
+    t_start = time.perf_counter()
+    x, unravel, d = _prepare(t0, denominators)
+    precond = -1.0 / d
+    atol = 1e-3 * t_tol if gmres_atol is None else gmres_atol
+
+    def flat_residual(xv):
+        t = unravel(xv)
+        r = residual_fn(t)
+        _check_residuals(r, t)
+        return ravel_pytree({k: jnp.asarray(r[k]) for k in sorted(r)})[0]
+
+    def flat_project(yv):
+        if project is None:
+            return yv
+        p = project(unravel(yv))
+        return ravel_pytree({k: jnp.asarray(p[k]) for k in sorted(p)})[0]
+
+    # unravel() orders keys like ravel_pytree of a dict (sorted), as does flat_residual.
+    @jax.jit
+    def newton_step(xv, rtol):
+        r, jvp = jax.linearize(flat_residual, xv)
+
+        def matvec(y):
+            py = flat_project(y)
+            return jvp(precond * py) + (y - py)
+
+        op = lx.FunctionLinearOperator(matvec, jax.eval_shape(lambda: r))
+        solver = lx.GMRES(
+            rtol=rtol,
+            atol=atol,
+            restart=gmres_restart,
+            max_steps=gmres_max_steps,
+            stagnation_iters=10,
+        )
+        sol = lx.linear_solve(op, -flat_project(r), solver, throw=False)
+        step = precond * flat_project(sol.value)
+        return step, jnp.linalg.norm(r), sol.stats["num_steps"]
+
+    energy = jax.jit(lambda xv: energy_fn(unravel(xv)))
+    e_old = float(energy(x))
+    history: list[CCIteration] = []
+    status = CCStatus.MAX_ITERATIONS
+    rnorm_prev = None
+    e_new = e_old
+    for k in range(1, max_iter + 1):
+        t_it = time.perf_counter()
+        rtol = forcing if rnorm_prev is None else min(forcing, rnorm_prev)
+        step, rnorm, nsteps = newton_step(x, jnp.asarray(rtol))
+        rnorm = float(rnorm)
+        rnorm_prev = rnorm
+        normt = float(jnp.linalg.norm(step))
+        x = x + step
+        e_new = float(energy(x))
+        it = CCIteration(
+            iteration=k,
+            energy=e_new,
+            delta_energy=e_new - e_old,
+            amplitude_change=normt,
+            residual_norm=rnorm,
+            linear_steps=int(nsteps),
+            seconds=time.perf_counter() - t_it,
+        )
+        history.append(it)
+        _log(verbose, method, it, f"  norm(R) = {rnorm:.3g}  gmres steps = {int(nsteps)}")
+        if not (math.isfinite(e_new) and math.isfinite(normt) and math.isfinite(rnorm)):
+            status = CCStatus.NON_FINITE
+            break
+        if abs(e_new - e_old) < e_tol and normt < t_tol:
+            status = CCStatus.CONVERGED
+            break
+        e_old = e_new
+    return _finish(x, e_new, unravel, status, len(history), history, t_start, throw, method)
