@@ -53,7 +53,7 @@ def _pairs(text: str, what: str) -> dict[str, int]:
         key, sep, value = item.partition("=")
         if not sep or not value.strip().lstrip("-").isdigit():
             raise _UsageError(
-                f"{what} expects comma-separated space=count pairs such as 'a=4,i=2'; got {item!r}"
+                f"{what} expects space=count pairs such as 'a=4,i=2'; got {item!r}"
             )
         out[key.strip()] = int(value)
     return out
