@@ -6,25 +6,37 @@ that :func:`load_equations` drops. Conventions are SeQuant's:
 
 * ``t{a_1;i_1}`` is T1[a, i] and ``t{a_1,a_2;i_1,i_2}`` is T2[a, b, i, j];
 * ``f{p;q}`` is F[p, q]; ``g{p,q;r,s}:A`` is ⟨pq‖rs⟩ (spin-orbital files);
-* residual terms start with ``Â{i_1,i_2;a_1,a_2}``, the *unnormalized* signed sum over
-  the permutations of the occupied indices and, independently, of the virtual ones;
+  ``g{p,q;r,s}`` is ⟨pq|rs⟩ over spatial orbitals and T2 is the αβ amplitude t_ij^ab
+  (closed-shell ``_cs`` files, whose residuals are the αβ projections); in ``_df`` files
+  each ``g{p,q;r,s}`` is ``B{p,r;;Κ_1} * B{q,s;;Κ_1}`` with (pq|rs) ≈ Σ_K B[p,q,K] B[r,s,K];
+* closed-shell residual terms start with ``Ŝ{i_1,i_2;a_1,a_2}``, the unnormalized sum over
+  the simultaneous permutations of the (i_k, a_k) columns, all with sign +;
+* spin-orbital residual terms start with ``Â{i_1,i_2;a_1,a_2}``, the *unnormalized*
+  signed sum over the permutations of the occupied indices and, independently, of the
+  virtual ones;
 * a residual is the projection ⟨Φ|H̄|0⟩ with the diagonal Fock terms included (a general,
   non-canonical Fock matrix is allowed), so the Jacobi update is ``t ← t + R / D`` with
   D1[a, i] = f_ii − f_aa and D2[a, b, i, j] = f_ii + f_jj − f_aa − f_bb.
 
-==========  =============================================  ===================
-name        equations                                      terms (E, R1, R2)
-==========  =============================================  ===================
-``ccsd_so`` spin-orbital CCSD                              3, 14, 31
-``ccd_so``  spin-orbital CCD                               1, —, 10
-==========  =============================================  ===================
+==============  =========================================  ===================
+name            equations                                  terms (E, R1, R2)
+==============  =========================================  ===================
+``ccsd_so``     spin-orbital CCSD                          3, 14, 31
+``ccd_so``      spin-orbital CCD                           1, —, 10
+``ccsd_cs``     closed-shell CCSD                          5, 26, 55
+``ccd_cs``      closed-shell CCD                           2, —, 20
+``ccsd_cs_df``  closed-shell CCSD, density-fitted ``g``    5, 26, 55
+==============  =========================================  ===================
 
-The term counts of ``ccsd_so`` are those of SeQuant's ``mbpt::CC{2}.t()``.
+The term counts of ``ccsd_so`` are those of SeQuant's ``mbpt::CC{2}.t()``. The ``_cs``
+files were obtained by integrating out the spin of ``ccsd_so`` (αβ projection) and
+combining equal terms; their R1/R2 term counts happen to equal those of SeQuant's
+biorthogonal closed-shell CCSD, but the coefficients differ (a different projection).
 
 Example:
     >>> from sq_jax.cc.equations import available, load_equations
     >>> available()
-    ('ccd_so', 'ccsd_so')
+    ('ccd_cs', 'ccd_so', 'ccsd_cs', 'ccsd_cs_df', 'ccsd_so')
     >>> load_equations("ccd_so").splitlines()[0]
     'E = 1/4 g{i_1,i_2;a_1,a_2}:A * t{a_1,a_2;i_1,i_2}:A'
 """

@@ -120,6 +120,25 @@ class _Integrals(eqx.Module):
         d2 = d1[:, None, :, None] + d1[None, :, None, :]
         return d1, d2
 
+    def mp2_amplitudes(self) -> tuple[np.ndarray, np.ndarray]:
+        """The usual CC starting guess t1 = f_ai / D1, t2 = g_abij / D2.
+
+        ``g`` is ⟨ab‖ij⟩ for spin-orbital integrals and ⟨ab|ij⟩ for spatial ones.
+
+        Returns:
+            (T1[a, i], T2[a, b, i, j]).
+
+        Example:
+            >>> from sq_jax.cc.integrals import default_system
+            >>> t1, t2 = default_system().mp2_amplitudes()
+            >>> t1.shape, t2.shape
+            ((4, 10), (4, 4, 10, 10))
+        """
+        d1, d2 = self.denominators()
+        o, v = slice(0, self.nocc), slice(self.nocc, self.nmo)
+        f, g = np.asarray(self.fock), np.asarray(self.eri)
+        return f[v, o] / d1, g[v, v, o, o] / d2
+
 
 class SpinOrbitalIntegrals(_Integrals):
     """Spin-orbital Fock matrix and antisymmetrized two-electron integrals.
@@ -139,23 +158,6 @@ class SpinOrbitalIntegrals(_Integrals):
         >>> bool(abs(g + g.transpose(0, 1, 3, 2)).max() == 0.0)
         True
     """
-
-    def mp2_amplitudes(self) -> tuple[np.ndarray, np.ndarray]:
-        """The usual CC starting guess t1 = f_ai / D1, t2 = ⟨ab‖ij⟩ / D2.
-
-        Returns:
-            (T1[a, i], T2[a, b, i, j]).
-
-        Example:
-            >>> from sq_jax.cc.integrals import default_system
-            >>> t1, t2 = default_system().mp2_amplitudes()
-            >>> t1.shape, t2.shape
-            ((4, 10), (4, 4, 10, 10))
-        """
-        d1, d2 = self.denominators()
-        o, v = slice(0, self.nocc), slice(self.nocc, self.nmo)
-        f, g = np.asarray(self.fock), np.asarray(self.eri)
-        return f[v, o] / d1, g[v, v, o, o] / d2
 
 
 class SpatialIntegrals(_Integrals):
