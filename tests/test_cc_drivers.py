@@ -60,3 +60,11 @@ def test_ccd_converges():
 def test_bad_driver_arguments(kwargs, message):
     with pytest.raises(InputError, match=message):
         cc.solve_cc(**kwargs)
+
+
+def test_closed_shell_ccsd_matches_pyscf_rccsd(ref):
+    run = cc.ccsd(closed_shell=True)
+    assert run.result.converged
+    assert abs(run.e_corr - ref["e_corr_rccsd"]) < 1e-9
+    assert run.result.iterations <= 1.1 * ref["pyscf_rccsd_cycles"]
+    assert run.nocc == 5 and run.nvirt == 2
