@@ -1,0 +1,171 @@
+"""Memory-budget planner benchmark: spin-orbital CCSD at i=10, a=38 (H2O/cc-pVDZ sizes).
+
+Run: ``/work/venv/bin/python bench/bench_planner.py [--xla] [--out DIR]``.
+
+For budgets of 1/2, 1/4 and 1/8 of the unbatched static peak, times
+:func:`sq_jax.plan.budget.plan_for_budget` (wall and CPU, median of ``--repeat`` cold
+calls; target < 5 s each), and prints the chosen plan, its static peak, the peak / budget
+ratio and its FLOPs / the unbatched FLOPs (recomputation). A budget below the smallest
+reachable peak (1/8 for CCSD: the result R2 alone is 1/7 of the unbatched peak) is
+reported with its error, and the smallest feasible budget is benchmarked instead. With
+``--xla`` each plan is also compiled and XLA's ``memory_analysis()`` (temp + output) is
+set against the budget (slow: one XLA compile of the CCSD program per budget).
+
+Writes ``bench_planner.json`` and ``bench_planner.md`` to ``--out`` (default: the
+current directory). Not a timed test: nothing fails on a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+import sq_jax as sq
+from sq_jax.cc.equations import load_equations
+from sq_jax.forest.inputs import input_specs
+from sq_jax.plan import BatchPlan
+from sq_jax.plan.budget import format_bytes, plan_for_budget
+from sq_jax.schedule import schedule_forest
+from sq_jax.schedule.cost import schedule_flops
+
+SPACES = sq.Spaces(i=10, a=38)
+FRACTIONS = (("1/2", 2), ("1/4", 4), ("1/8", 8))
+
+
+def _timed(fn, repeat: int):
+    walls, cpus, out = [], [], None
+    for _ in range(repeat):
+        w0, c0 = time.perf_counter(), time.process_time()
+        out = fn()
+        walls.append(time.perf_counter() - w0)
+        cpus.append(time.process_time() - c0)
+    return out, statistics.median(walls), statistics.median(cpus)
+
+
+def _xla(eqs, plan: BatchPlan, inputs) -> dict[str, int]:
+    from sq_jax._pipeline import compile as compile_
+
+    prog = compile_(eqs, SPACES, batch=plan)
+    t0 = time.perf_counter()
+    ma = prog.jitted.lower(inputs).compile().memory_analysis()
+    return {
+        "compile_s": round(time.perf_counter() - t0, 2),
+        "temp": int(ma.temp_size_in_bytes),
+        "output": int(ma.output_size_in_bytes),
+        "argument": int(ma.argument_size_in_bytes),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--xla", action="store_true")
+    ap.add_argument("--out", type=Path, default=Path("."))
+    args = ap.parse_args()
+
+    t0 = time.perf_counter()
+    eqs = sq.parse(load_equations("ccsd_so"))
+    forest = sq.build_forest(eqs, SPACES)
+    build_s = time.perf_counter() - t0
+    base = schedule_forest(forest, BatchPlan())
+    p0, f0 = base.peak.peak_bytes, forest.flops
+    print(
+        f"CCSD (ccsd_so, {len(forest.roots)} equations) at {SPACES}: build {build_s:.2f} s, "
+        f"unbatched static peak {format_bytes(p0)} ({p0} B), {f0:,} FLOPs"
+    )
+    inputs = None
+    if args.xla:
+        rng = np.random.default_rng(0)
+        inputs = {s.block_key: rng.standard_normal(s.shape) for s in input_specs(forest)}
+
+    rows = []
+    header = (
+        "| budget | bytes | plan | plan wall s | plan CPU s | static peak | peak/budget "
+        "| FLOPs/unbatched |"
+    )
+    if args.xla:
+        header += " XLA temp+out | XLA/budget |"
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    todo: list[tuple[str, int]] = [(label, p0 // div) for label, div in FRACTIONS]
+    infeasible = {}
+    while todo:
+        label, budget = todo.pop(0)
+        try:
+            plan, wall, cpu = _timed(lambda b=budget: plan_for_budget(forest, b), args.repeat)
+        except sq.MemoryBudgetError as err:
+            infeasible[label] = str(err)
+            need = err.smallest_feasible
+            print(f"| {label} | {budget} | infeasible: smallest static peak {need} |")
+            if not any(lbl == "floor" for lbl, _ in todo):
+                todo.append(("floor", need))  # the tightest feasible budget
+            continue
+        sf = schedule_forest(forest, plan)
+        peak, flops = sf.peak.peak_bytes, schedule_flops(sf)
+        row = {
+            "budget": label,
+            "budget_bytes": budget,
+            "plan": str(plan),
+            "plan_wall_s": round(wall, 3),
+            "plan_cpu_s": round(cpu, 3),
+            "static_peak": peak,
+            "peak_over_budget": round(peak / budget, 4),
+            "flops": flops,
+            "flops_ratio": round(flops / f0, 4),
+            "target_ok_cpu": cpu < 5.0,
+        }
+        line = (
+            f"| {label} | {budget} | {plan} | {wall:.2f} | {cpu:.2f} | {peak} | "
+            f"{peak / budget:.3f} | {flops / f0:.3f} |"
+        )
+        if args.xla:
+            x = _xla(eqs, plan, inputs)
+            row["xla"] = x
+            measured = x["temp"] + x["output"]
+            line += f" {measured} | {measured / budget:.2f} |"
+        rows.append(row)
+        print(line)
+    for label, text in infeasible.items():
+        print(f"\nbudget {label}:\n  {text}")
+
+    record = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+        "python": platform.python_version(),
+        "sq_jax": sq.__version__,
+        "workload": f"ccsd_so at {SPACES}",
+        "unbatched_peak": p0,
+        "unbatched_flops": f0,
+        "repeat": args.repeat,
+        "rows": rows,
+        "infeasible": infeasible,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench_planner.json").write_text(json.dumps(record, indent=2) + "\n")
+    md = [
+        f"# plan_for_budget — {record['workload']}",
+        "",
+        f"{record['date']}, {record['machine']}, Python {record['python']}; unbatched peak "
+        f"{p0} B, {f0:,} FLOPs; median of {args.repeat} cold calls.",
+        "",
+        "| budget | plan | wall s | CPU s | static peak / budget | FLOPs / unbatched |",
+        "|---|---|---|---|---|---|",
+    ]
+    md += [
+        f"| {r['budget']} ({r['budget_bytes']} B) | {r['plan']} | {r['plan_wall_s']} | "
+        f"{r['plan_cpu_s']} | {r['peak_over_budget']} | {r['flops_ratio']} |"
+        for r in rows
+    ]
+    (args.out / "bench_planner.md").write_text("\n".join(md) + "\n")
+
+
+if __name__ == "__main__":
+    main()

