@@ -58,3 +58,35 @@ def test_schedule_command_prints_dump_peak_and_flops(capsys):
     assert re.search(r"static peak: [0-9.]+ (B|KiB)", out)
     flops = int(re.search(r"FLOPs: (\d+)", out).group(1))
     assert flops >= 2 * 8**4 * 3**2  # at least the unbatched contraction
+
+
+def _is_png(path):
+    data = path.read_bytes()
+    return data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_schedule_plot_writes_two_pngs(tmp_path, capsys):
+    target = tmp_path / "ladder.png"
+    text = "R{a1,a2;i1,i2} = 1/2 g{a1,a2;a3,a4} t{a3,a4;i1,i2}"
+    argv = ["schedule", text, "--spaces", "i=3,a=8", "--batch", "a=2", "--plot", str(target)]
+    assert main(argv) == 0
+    assert _is_png(target) and _is_png(tmp_path / "ladder-nest.png")
+    assert "plots: " in capsys.readouterr().out
+
+
+def test_schedule_memory_budget_chooses_a_plan(capsys):
+    text = "R{a1,a2;i1,i2} = B{a1,a3;;K1} B{a2,a4;;K1} t{a3,a4;i1,i2}"
+    spaces = ["--spaces", "i=3,a=8,K=10"]
+    assert main(["schedule", text, *spaces]) == 0
+    unbatched = capsys.readouterr().out
+    assert "0 loop blocks" in unbatched and "static peak: 36.5 KiB" in unbatched
+    assert main(["schedule", text, *spaces, "--memory", "30 KiB"]) == 0
+    out = capsys.readouterr().out
+    assert "loop a#" in out
+    peak = re.search(r"static peak: ([0-9.]+) KiB", out)
+    assert float(peak.group(1)) <= 30
+
+
+def test_plot_needs_png_name(capsys):
+    assert main(["schedule", "E = f{i1;i1}", "--spaces", "i=2", "--plot", "x.pdf"]) == 2
+    assert "--plot expects a .png file name" in capsys.readouterr().out

@@ -16,6 +16,7 @@ _jax.config.update("jax_enable_x64", True)
 
 from ._errors import ExpressionError as ExpressionError  # noqa: E402
 from ._errors import InputError as InputError  # noqa: E402
+from ._errors import LoweringError as LoweringError  # noqa: E402
 from ._errors import MemoryBudgetError as MemoryBudgetError  # noqa: E402
 from ._errors import ParseError as ParseError  # noqa: E402
 from ._errors import PipelineOrderError as PipelineOrderError  # noqa: E402
@@ -23,6 +24,7 @@ from ._errors import PlanError as PlanError  # noqa: E402
 from ._errors import ScheduleError as ScheduleError  # noqa: E402
 from ._errors import SpaceError as SpaceError  # noqa: E402
 from ._errors import SqJaxError as SqJaxError  # noqa: E402
+from ._pipeline import compile as compile  # noqa: E402
 from .expr.nodes import Constant as Constant  # noqa: E402
 from .expr.nodes import Equation as Equation  # noqa: E402
 from .expr.nodes import Index as Index  # noqa: E402
@@ -47,8 +49,11 @@ from .forest.nodes import NodeKind as NodeKind  # noqa: E402
 from .forest.nodes import Root as Root  # noqa: E402
 from .forest.reference import evaluate_reference as evaluate_reference  # noqa: E402
 from .forest.reference import evaluate_reference_jax as evaluate_reference_jax  # noqa: E402
+from .lower.program import Program as Program  # noqa: E402
 from .plan.batch import BatchPlan as BatchPlan  # noqa: E402
 from .plan.batch import LoopKind as LoopKind  # noqa: E402
+from .plan.budget import parse_bytes as parse_bytes  # noqa: E402
+from .plan.budget import plan_for_budget as plan_for_budget  # noqa: E402
 from .schedule import ScheduledForest as ScheduledForest  # noqa: E402
 from .schedule import schedule as schedule  # noqa: E402
 from .schedule import schedule_forest as schedule_forest  # noqa: E402

@@ -66,6 +66,10 @@ class ScheduleError(SqJaxError):
     """The scheduler cannot express the requested batching."""
 
 
+class LoweringError(ScheduleError):
+    """The ordered schedule asks for something the JAX lowering cannot express."""
+
+
 class MemoryBudgetError(PlanError):
     """No batch plan fits the requested memory budget."""
 

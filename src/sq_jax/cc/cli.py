@@ -52,9 +52,7 @@ def _pairs(text: str, what: str) -> dict[str, int]:
     for item in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = item.partition("=")
         if not sep or not value.strip().lstrip("-").isdigit():
-            raise _UsageError(
-                f"{what} expects space=count pairs such as 'a=4,i=2'; got {item!r}"
-            )
+            raise _UsageError(f"{what} expects space=count pairs such as 'a=4,i=2'; got {item!r}")
         out[key.strip()] = int(value)
     return out
 
@@ -65,6 +63,25 @@ def _human(nbytes: float) -> str:
             return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
         nbytes /= 1024
     return f"{nbytes:.1f} GiB"  # pragma: no cover
+
+
+_PLOT_HELP = "write the static peak profile to FILE.png and the loop nest to FILE-nest.png"
+
+
+def _plot(program, path: str | None) -> None:
+    """Write the two pictures of ``program`` (peak profile, loop nest) next to ``path``."""
+    if not path:
+        return
+    target = Path(path)
+    if target.suffix.lower() != ".png":
+        raise _UsageError(f"--plot expects a .png file name, got {path!r}")
+    nest = target.with_name(target.stem + "-nest.png")
+    try:
+        program.plot_peak_profile(target)
+        program.plot_loop_nest(nest)
+    except ImportError as err:
+        raise _UsageError(str(err)) from err
+    print(f"plots: {target} (peak profile), {nest} (loop nest)")
 
 
 def _build_parser() -> _Parser:
@@ -91,6 +108,7 @@ def _build_parser() -> _Parser:
         p.add_argument("--solver", choices=("diis", "newton"), default="diis")
         p.add_argument("--max-iter", type=int, default=100)
         p.add_argument("--quiet", action="store_true", help="no per-iteration lines")
+        p.add_argument("--plot", metavar="FILE.png", help=_PLOT_HELP)
     s = sub.add_parser("schedule", help="print the ordered schedule of equations")
     s.add_argument(
         "equations",
@@ -98,6 +116,8 @@ def _build_parser() -> _Parser:
     )
     s.add_argument("--spaces", required=True, help="extents, e.g. i=10,a=38")
     s.add_argument("--batch", default="", help="batch plan, e.g. a=4")
+    s.add_argument("--memory", help="memory budget for intermediates, e.g. '512 MiB'")
+    s.add_argument("--plot", metavar="FILE.png", help=_PLOT_HELP)
     return parser
 
 
@@ -154,6 +174,7 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
     )
     prog = run.residual_program
     print(f"peak memory        = {_human(prog.peak_bytes)} static (intermediates)")
+    _plot(prog, args.plot)
     return 0 if res.converged else 1
 
 
@@ -171,10 +192,11 @@ def _run_schedule(args: argparse.Namespace) -> int:
     extents = _pairs(args.spaces, "--spaces")
     spaces = sq.Spaces(**{k: v for k, v in extents.items()})
     batch = _pairs(args.batch, "--batch") if args.batch else None
-    program = compile_program(text, spaces, batch=batch)
+    program = compile_program(text, spaces, batch=batch, memory_budget=args.memory)
     print(program.schedule)
     print(f"static peak: {_human(program.peak_bytes)}")
     print(f"FLOPs: {program.flops}")
+    _plot(program, args.plot)
     return 0
 
 

@@ -1,0 +1,1 @@
+"""Lowering of an ordered schedule to one jitted JAX program."""

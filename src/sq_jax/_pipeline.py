@@ -1,0 +1,95 @@
+"""The compile driver: equations in, one jitted program out (one line per pass).
+
+Example:
+    >>> import numpy as np, sq_jax as sq
+    >>> prog = compile("R{a1;i1} = f{a1;a2} t{a2;i1}", sq.Spaces(i=2, a=3), batch={"a": 2})
+    >>> x = {"f{a;a}": np.eye(3), "t{a;i}": np.ones((3, 2))}
+    >>> prog(x)["R"].tolist()
+    [[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._errors import PlanError
+from .expr.nodes import Equation
+from .expr.parse import parse
+from .expr.spaces import Spaces
+from .forest.build import build_forest
+from .forest.nodes import Forest
+from .lower.instructions import lower_schedule
+from .lower.program import Program, make_program
+from .plan.batch import BatchPlan
+from .plan.budget import plan_for_budget
+from .schedule import schedule_forest
+
+__all__ = ["compile"]
+
+
+def _plan(
+    batch: BatchPlan | Mapping[str, Any] | None, memory_budget: int | str | None, forest: Forest
+) -> BatchPlan:
+    if memory_budget is not None:
+        if batch is not None:
+            raise PlanError(
+                f"got both batch={batch!r} and memory_budget={memory_budget!r}; pass one: "
+                "batch= fixes the plan, memory_budget= lets sq_jax choose it."
+            )
+        return plan_for_budget(forest, memory_budget)
+    if batch is None:
+        return BatchPlan()
+    return batch if isinstance(batch, BatchPlan) else BatchPlan.of(batch)
+
+
+def compile(
+    equations: str | Sequence[Equation],
+    spaces: Spaces,
+    *,
+    batch: BatchPlan | Mapping[str, Any] | None = None,
+    remat: bool = False,
+    mode_order: Sequence[str] = (),
+    memory_budget: int | str | None = None,
+) -> Program:
+    """Compile equations into one jit-compiled, differentiable, memory-bounded program.
+
+    Args:
+        equations: SeQuant text (one equation per line) or parsed equations.
+        spaces: index spaces with extents, e.g. ``sq.Spaces(i=10, a=38)``.
+        batch: the batch plan: ``None`` (unbatched), a mapping for
+            :meth:`~sq_jax.plan.BatchPlan.of` such as ``{"a": 4}``, or a ``BatchPlan``.
+        remat: wrap every loop body in ``jax.checkpoint`` (bounded reverse-mode memory).
+        mode_order: spaces, outermost loop first (a tie-break for the loop nesting).
+        memory_budget: bytes (or text such as ``"2 GiB"``) for the intermediates and
+            results (inputs excluded): the batch plan that fits it with the fewest FLOPs
+            is chosen (:func:`~sq_jax.plan.budget.plan_for_budget`). Exclusive with
+            ``batch``.
+
+    Returns:
+        The :class:`~sq_jax.lower.program.Program`; call it with a dict of inputs.
+
+    Raises:
+        ParseError: bad equation text.
+        ExpressionError: invalid tensor equations.
+        PlanError: a batch plan that names unknown spaces or bad counts, or both
+            ``batch`` and ``memory_budget`` given.
+        MemoryBudgetError: no plan fits ``memory_budget`` (the message gives the
+            smallest feasible budget and the value that dominates the peak).
+        ScheduleError: the batching cannot be expressed (the message names the value).
+
+    Example:
+        >>> import sq_jax as sq
+        >>> prog = compile("E = f{i1;a1} t{a1;i1}", sq.Spaces(i=4, a=6), batch={"i": 2})
+        >>> print(prog.schedule)
+        schedule: 3 values (2 inputs), 1 loop blocks, 0 builds, 1 outputs
+        root
+          loop i#0 (i_1) depth 1 pass 0 Contracted x2
+            output Sum v2 [] = (f{i_1;a_1} * t{a_1;i_1})
+    """
+    eqs = parse(equations, spaces=spaces) if isinstance(equations, str) else tuple(equations)
+    forest = build_forest(eqs, spaces)  # binarize + fold common subexpressions
+    plan = _plan(batch, memory_budget, forest)  # the user's batching, or one fitting the budget
+    scheduled = schedule_forest(forest, plan, mode_order=mode_order)  # annotate + schedule
+    lowered = lower_schedule(scheduled)  # must follow the schedule: reads its block tree
+    return make_program(scheduled, lowered, remat=remat)  # one jax.jit around it all

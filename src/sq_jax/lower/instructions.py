@@ -1,0 +1,552 @@
+"""Lowering, static half: an ordered schedule becomes a tree of loop instructions.
+
+:func:`lower_schedule` walks the block tree of a
+:class:`~sq_jax.schedule.ScheduledForest` once, in execution order, and emits immutable
+instruction records that the JAX interpreter (:mod:`sq_jax.lower.interpret`) runs without
+any further decision:
+
+* :class:`Contract` — a PRODUCT value: one ``einsum`` of two operands;
+* :class:`Combine` — a SUM value: ``c0 * a + c1 * b`` (operands permuted to its modes);
+* :class:`Loop` — one scope block: its body, and how each escaping value leaves it
+  (``sums``: accumulated partial sums; ``scatters``: per-batch pieces stacked along a
+  mode; ``carries``: values invariant to the loop that later steps read).
+
+Every operand is a :class:`Read`: a computed value or an input, and the list of
+``(position, loop)`` along which it is cut to the current batch on use
+("slice-on-use"). To decide that, the walk tracks each value's *layout* — per mode, the
+loop instance whose batch it currently holds, or ``None`` for the full mode — and checks
+it against what the reading occurrence expects (``OccurrenceRec.read_slices``). A value
+raised by a ``Scatter`` escape loses that loop from its layout; a ``Sum`` keeps it.
+
+All of this is plain Python on the schedule: any mismatch (a value read where it does
+not exist, read under another loop's batch, or crossing a loop it is sliced by) raises a
+:class:`LoweringError` at compile time, naming the value and the loop.
+
+Known limitations: a value the scheduler places inside a loop it is invariant to (a
+"crossing", see :func:`sq_jax.schedule.ordered.crossings`) is recomputed every batch
+and carried out of the loop with its last value.
+
+Example:
+    >>> import sq_jax as sq
+    >>> from sq_jax.plan import BatchPlan
+    >>> from sq_jax.schedule import schedule_forest
+    >>> forest = sq.build_forest(sq.parse("E = f{i1;a1} t{a1;i1}"), sq.Spaces(i=2, a=4))
+    >>> print(lower_schedule(schedule_forest(forest, BatchPlan.of({"a": 2}))))
+    loop a#0 extent 4 block 2 Contracted
+      v2 = einsum(ab,ba->) f{i;a}[1:a#0] t{a;i}[0:a#0]... sums v2
+    result E = v2
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Union
+
+from .._errors import LoweringError
+from ..expr.nodes import Index
+from ..forest.inputs import block_key
+from ..forest.nodes import EvalNode, NodeKind
+from ..plan.batch import LoopKind
+from ..schedule import ScheduledForest
+from ..schedule.errors import expr_text
+from ..schedule.ir import BuildStep, OutputKind, ScopeBlock
+from ..schedule.rich import LoopId, OccurrenceRec
+
+__all__ = [
+    "Combine",
+    "Contract",
+    "Instr",
+    "Layout",
+    "Loop",
+    "LoweredProgram",
+    "LoweringError",
+    "Read",
+    "Result",
+    "lower_schedule",
+]
+
+Layout = tuple[Union[LoopId, None], ...]  # noqa: UP007
+"""Per mode of a stored value: the loop instance whose batch it holds, or ``None``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """One operand: a computed value, an input block, or a scalar, cut on use.
+
+    ``dims`` gives, per mode, the full extent and the loop whose batch the *stored*
+    array holds (``None``: full); ``slices`` the ``(position, loop)`` pairs to cut now.
+    """
+
+    value_id: int
+    """The value (cell) read."""
+    input_key: str | None = None
+    """Block key of an input tensor (``None`` for a computed value or a scalar)."""
+    scalar: EvalNode | None = None
+    """The SCALAR leaf node (constants and variables), else ``None``."""
+    dims: tuple[tuple[int, LoopId | None], ...] = ()
+    """Per mode: (full extent, loop of the stored batch or ``None``)."""
+    slices: tuple[tuple[int, LoopId], ...] = ()
+    """``(position, loop)``: cut this mode to the current batch of that loop."""
+
+    def __str__(self) -> str:
+        head = self.input_key or (f"v{self.value_id}" if self.scalar is None else "scalar")
+        if not self.slices:
+            return head
+        return head + "[" + ",".join(f"{p}:{s}#{n}" for p, (s, n) in self.slices) + "]"
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    """A PRODUCT value: ``einsum(spec, left, right)``."""
+
+    value_id: int
+    spec: str
+    """The einsum equation over the operands' and result's modes."""
+    operands: tuple[Read, Read]
+    dims: tuple[tuple[int, LoopId | None], ...]
+    """The result's layout (per mode: extent and slicing loop)."""
+    masks: tuple[tuple[int, int, LoopId], ...] = ()
+    """``(operand, position, loop)`` for each mode summed here in batches of ``loop``:
+    in an overlapping last batch, elements an earlier batch covered are zeroed there."""
+
+    def __str__(self) -> str:
+        return f"v{self.value_id} = einsum({self.spec}) {self.operands[0]} {self.operands[1]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Combine:
+    """A SUM value: ``coefs[0] * left + coefs[1] * right``, each permuted by ``perms``."""
+
+    value_id: int
+    coefs: tuple[float, float]
+    perms: tuple[tuple[int, ...], tuple[int, ...]]
+    """Per operand, the transpose that brings it to the value's mode order."""
+    operands: tuple[Read, Read]
+    dims: tuple[tuple[int, LoopId | None], ...]
+
+    def __str__(self) -> str:
+        (a, b), (ca, cb) = self.operands, self.coefs
+        return f"v{self.value_id} = {ca:g}*{a} + {cb:g}*{b}"
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    """One scope block: a loop over the batches of one loop instance."""
+
+    loop: LoopId
+    """The loop instance ``(space, slot)``."""
+    axis: Index
+    """The loop's mode as labelled in the schedule."""
+    kind: LoopKind
+    extent: int
+    """Elements of the mode."""
+    block: int
+    """Elements per full batch (the last batch holds ``extent % block`` if non-zero)."""
+    body: tuple[Instr, ...]
+    """Instructions run once per batch (raw productions of outputs last)."""
+    sums: tuple[tuple[int, tuple[tuple[int, LoopId | None], ...]], ...] = ()
+    """``(value, layout)`` of each ``Sum`` output: batch pieces are added."""
+    scatters: tuple[tuple[int, int, tuple[tuple[int, LoopId | None], ...]], ...] = ()
+    """``(value, position, layout)`` of each ``Scatter`` output: pieces are stacked."""
+    carries: tuple[tuple[int, tuple[tuple[int, LoopId | None], ...]], ...] = ()
+    """``(value, layout)`` of values produced inside, invariant to the loop, read after."""
+
+    @property
+    def full_batches(self) -> int:
+        """Number of batches of ``block`` elements."""
+        return self.extent // self.block
+
+    @property
+    def remainder(self) -> int:
+        """Elements of the last, smaller batch (0 when ``block`` divides ``extent``)."""
+        return self.extent % self.block
+
+    @property
+    def num_batches(self) -> int:
+        """Number of batches, the last one possibly smaller."""
+        return -(-self.extent // self.block)
+
+    @property
+    def peel(self) -> bool:
+        """Whether the smaller last batch is a second trace of the body.
+
+        Only for a loop with a remainder and no nested loop: peeling a loop that holds
+        loops would copy the whole nest (exponentially in the nesting depth). Otherwise
+        the last batch *overlaps* the previous one (it starts at ``extent - block``):
+        overlapping elements are zeroed where summed (``Contract.masks``) and dropped
+        from scattered pieces.
+        """
+        return self.remainder > 0 and not any(isinstance(i, Loop) for i in self.body)
+
+    def lines(self, indent: int = 0) -> list[str]:
+        """The loop as indented text lines."""
+        pad = "  " * indent
+        space, slot = self.loop
+        out = [f"{pad}loop {space}#{slot} extent {self.extent} block {self.block} {self.kind}"]
+        for ins in self.body:
+            out += ins.lines(indent + 1) if isinstance(ins, Loop) else [f"{pad}  {ins}"]
+        tail = []
+        if self.sums:
+            tail.append("sums " + ",".join(f"v{v}" for v, _ in self.sums))
+        if self.scatters:
+            tail.append("scatters " + ",".join(f"v{v}@{p}" for v, p, _ in self.scatters))
+        if self.carries:
+            tail.append("carries " + ",".join(f"v{v}" for v, _ in self.carries))
+        if tail:
+            out[-1] += "... " + "; ".join(tail)
+        return out
+
+
+Instr = Union[Contract, Combine, Loop]  # noqa: UP007
+"""One instruction of a body."""
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """One equation's output: ``coef * transpose(read, perm)``."""
+
+    name: str
+    read: Read
+    perm: tuple[int, ...]
+    coef: float
+
+    def __str__(self) -> str:
+        coef = "" if self.coef == 1 else f"{self.coef:g}*"
+        return f"result {self.name} = {coef}{self.read}"
+
+
+@dataclass(frozen=True, slots=True)
+class LoweredProgram:
+    """The instruction tree of a whole schedule: the root body and the results."""
+
+    body: tuple[Instr, ...]
+    results: tuple[Result, ...]
+    input_keys: tuple[str, ...]
+    """Block keys (and variable names) the program reads."""
+
+    def loops(self) -> tuple[Loop, ...]:
+        """Every loop instruction, pre-order."""
+        out: list[Loop] = []
+        stack = [i for i in reversed(self.body) if isinstance(i, Loop)]
+        while stack:
+            lp = stack.pop()
+            out.append(lp)
+            stack.extend(i for i in reversed(lp.body) if isinstance(i, Loop))
+        return tuple(out)
+
+    def __str__(self) -> str:
+        lines: list[str] = []
+        for ins in self.body:
+            lines += ins.lines() if isinstance(ins, Loop) else [str(ins)]
+        lines += [str(r) for r in self.results]
+        return "\n".join(lines)
+
+
+# -- the walk ------------------------------------------------------------------------------
+
+
+def _letters(*groups: Sequence[Index]) -> dict[Index, str]:
+    table: dict[Index, str] = {}
+    for group in groups:
+        for ix in group:
+            if ix not in table:
+                if len(table) == len(string.ascii_letters):
+                    raise LoweringError("a contraction uses more than 52 distinct indices.")
+                table[ix] = string.ascii_letters[len(table)]
+    return table
+
+
+@dataclass(slots=True)
+class _Walk:
+    """Scratch state of :func:`lower_schedule` (one schedule)."""
+
+    sf: ScheduledForest
+    rec_at: dict[int, OccurrenceRec]
+    owner: list[int]
+    built: set[int]
+    crossing: dict[int, set[int]]  # id(block) -> values crossing it
+
+    def name(self, v: int) -> str:
+        cell = self.sf.rich.cells[v]
+        return f"v{v} `{expr_text(cell.node, 80) if cell.node is not None else '?'}`"
+
+    def extent(self, ix: Index) -> int:
+        return self.sf.annotated.forest.spaces.extent(ix.space)
+
+    def layout_of(self, v: int) -> tuple[tuple[int, LoopId | None], ...]:
+        first = self.sf.rich.cells[v].occurrences[0]
+        slots = first.loop_slot or (-1,) * len(first.carried)
+        return tuple(
+            (self.extent(ix), (ix.space, s) if s >= 0 else None)
+            for ix, s in zip(first.carried, slots, strict=True)
+        )
+
+    def read(
+        self,
+        occ: OccurrenceRec,
+        state: Mapping[int, tuple[tuple[int, LoopId | None], ...]],
+        active: Sequence[LoopId],
+        reader: str,
+    ) -> Read:
+        v = self.owner[occ.point]
+        cell = self.sf.rich.cells[v]
+        node = cell.node
+        assert node is not None
+        wanted = dict(occ.read_slices())
+        if node.kind is NodeKind.SCALAR:
+            return Read(v, scalar=node)
+        if cell.is_leaf:
+            assert node.tensor is not None
+            dims = tuple((self.extent(ix), None) for ix in occ.carried)
+            key: str | None = block_key(node.tensor)
+        else:
+            if v not in state:
+                raise LoweringError(
+                    f"{reader} reads {self.name(v)} where it has not been produced; the "
+                    "schedule orders a reader before its operand (or reads a value inside "
+                    "a loop that only produces it after its steps)."
+                )
+            dims, key = state[v], None
+        slices = []
+        for p, (_, stored) in enumerate(dims):
+            want = wanted.get(p)
+            if stored == want:
+                continue
+            if stored is not None:
+                raise LoweringError(
+                    f"{reader} reads {self.name(v)} whose mode {p} holds the batch of loop "
+                    f"{stored[0]}#{stored[1]}, but the reader expects "
+                    + ("the full mode." if want is None else f"loop {want[0]}#{want[1]}.")
+                )
+            assert want is not None
+            if want not in active:
+                raise LoweringError(
+                    f"{reader} reads {self.name(v)} sliced by loop {want[0]}#{want[1]}, which "
+                    "does not enclose the reader in the schedule."
+                )
+            slices.append((p, want))
+        return Read(v, key, None, dims, tuple(slices))
+
+    def compute(
+        self,
+        v: int,
+        state: Mapping[int, tuple[tuple[int, LoopId | None], ...]],
+        active: Sequence[LoopId],
+    ) -> Contract | Combine:
+        first = self.sf.rich.cells[v].occurrences[0]
+        node = first.node
+        assert node is not None and len(first.operand_points) == 2
+        left, right = (self.rec_at[p] for p in first.operand_points)
+        who = f"the production of {self.name(v)}"
+        ops = (self.read(left, state, active, who), self.read(right, state, active, who))
+        dims = self.layout_of(v)
+        if node.kind is NodeKind.PRODUCT:
+            table = _letters(left.carried, right.carried, node.indices)
+            spec = "{},{}->{}".format(
+                *(
+                    "".join(table[ix] for ix in g)
+                    for g in (left.carried, right.carried, node.indices)
+                )
+            )
+            return Contract(v, spec, ops, dims, self.masks(first, (left, right), ops))
+        perms = tuple(tuple(occ.carried.index(ix) for ix in node.indices) for occ in (left, right))
+        coefs = (float(node.left_coef), float(node.right_coef))
+        return Combine(v, coefs, perms, ops, dims)  # type: ignore[arg-type]
+
+    def masks(
+        self,
+        first: OccurrenceRec,
+        occs: tuple[OccurrenceRec, OccurrenceRec],
+        ops: tuple[Read, Read],
+    ) -> tuple[tuple[int, int, LoopId], ...]:
+        out = []
+        for mode, slot in first.reduced_slot:
+            loop = (mode.space, slot)
+            best: tuple[int, int, int] | None = None
+            for k, (occ, read) in enumerate(zip(occs, ops, strict=True)):
+                cut = {p for p, lp in read.slices if lp == loop}
+                cut |= {p for p, (_, lp) in enumerate(read.dims) if lp == loop}
+                for p, ix in enumerate(occ.carried):
+                    if ix == mode and p in cut:
+                        size = 1
+                        for e, _ in read.dims:
+                            size *= e
+                        if best is None or size < best[0]:
+                            best = (size, k, p)
+                        break
+            if best is None:
+                raise LoweringError(
+                    f"{self.name(self.owner[first.point])} sums `{mode}` over loop "
+                    f"{loop[0]}#{slot}, but no operand is cut by that loop."
+                )
+            out.append((best[1], best[2], loop))
+        return tuple(out)
+
+    def body(
+        self,
+        blk: ScopeBlock,
+        state: dict[int, tuple[tuple[int, LoopId | None], ...]],
+        active: list[LoopId],
+    ) -> list[Instr]:
+        out: list[Instr] = []
+        for step in blk.steps:
+            if isinstance(step, BuildStep):
+                ins = self.compute(step.value_id, state, active)
+                state[step.value_id] = ins.dims
+                out.append(ins)
+            else:
+                out.append(self.loop(step, state, active))
+        return out
+
+    def loop(
+        self,
+        blk: ScopeBlock,
+        outer: dict[int, tuple[tuple[int, LoopId | None], ...]],
+        active: list[LoopId],
+    ) -> Loop:
+        assert blk.axis is not None and blk.kind is not None
+        me = blk.loop
+        if me in active:
+            raise LoweringError(f"loop {me[0]}#{me[1]} is nested inside itself.")
+        state = dict(outer)
+        inner = [*active, me]
+        body = self.body(blk, state, inner)
+        sums, scatters = [], []
+        for v, kind in blk.outputs:
+            if v not in state:
+                if v in self.built:
+                    raise LoweringError(
+                        f"{self.name(v)} is an output of loop {me} before it is built."
+                    )
+                ins = self.compute(v, state, inner)  # raw production at the deepest site
+                state[v] = ins.dims
+                body.append(ins)
+            dims = state[v]
+            loops = [lp for _, lp in dims]
+            if kind is OutputKind.ACCUMULATE_SUM:
+                if me in loops:
+                    raise LoweringError(
+                        f"{self.name(v)} is summed over loop {me[0]}#{me[1]} but keeps its batch."
+                    )
+                sums.append((v, dims))
+                outer[v] = dims
+            else:
+                if loops.count(me) != 1:
+                    raise LoweringError(
+                        f"{self.name(v)} is scattered out of loop {me[0]}#{me[1]}, but "
+                        f"{loops.count(me)} of its modes hold that loop's batch (need one)."
+                    )
+                p = loops.index(me)
+                scatters.append((v, p, dims))
+                outer[v] = tuple((e, None if lp == me else lp) for e, lp in dims)
+        carries = []
+        for v in sorted(self.crossing.get(id(blk), ())):
+            if v in {w for w, _ in blk.outputs}:
+                continue
+            dims = state[v]
+            if me in [lp for _, lp in dims]:
+                raise LoweringError(
+                    f"{self.name(v)} is read after loop {me[0]}#{me[1]} but holds only one of "
+                    "its batches and has no escape (output) from it."
+                )
+            carries.append((v, dims))
+            outer[v] = dims
+        ann = self.sf.annotated
+        return Loop(
+            me,
+            blk.axis,
+            blk.kind,
+            self.extent(blk.axis),
+            ann.block_of(blk.axis),
+            tuple(body),
+            tuple(sums),
+            tuple(scatters),
+            tuple(carries),
+        )
+
+
+def _crossings(sf: ScheduledForest, built: set[int]) -> dict[int, set[int]]:
+    """Per loop block (by ``id``), values produced inside it, read outside, no output."""
+    sched, rich = sf.ordered, sf.rich
+    walk = sched.walk()
+    path_of = {id(b): (*(id(a) for a in anc), id(b)) for b, anc in walk}
+    block_at = {id(b): b for b, _ in walk}
+    producer: dict[int, tuple[int, ...]] = {}
+    readers: dict[int, list[tuple[int, ...]]] = {}
+    deepest_out: dict[int, tuple[int, ...]] = {}
+    for blk, _ in walk:
+        path = path_of[id(blk)]
+        for s in blk.steps:
+            if isinstance(s, BuildStep):
+                producer[s.value_id] = path
+                for o in sched.operand_vids[s.value_id]:
+                    readers.setdefault(o, []).append(path)
+        for v, _ in blk.outputs:
+            if len(path) > len(deepest_out.get(v, ())):
+                deepest_out[v] = path
+    for v, path in deepest_out.items():
+        if v not in built:
+            producer[v] = path
+            for o in sched.operand_vids[v]:
+                readers.setdefault(o, []).append(path)
+    for v in rich.root_values:
+        readers.setdefault(v, []).append(path_of[id(sched.root)])
+    out: dict[int, set[int]] = {}
+    for v, ppath in producer.items():
+        for rpath in readers.get(v, ()):
+            common = 0
+            while common < min(len(ppath), len(rpath)) and ppath[common] == rpath[common]:
+                common += 1
+            for b in ppath[common:]:
+                if v not in {w for w, _ in block_at[b].outputs}:
+                    out.setdefault(b, set()).add(v)
+    return out
+
+
+def lower_schedule(sf: ScheduledForest) -> LoweredProgram:
+    """Lower a scheduled forest to its instruction tree (module docstring).
+
+    Args:
+        sf: every stage of the scheduler (:func:`sq_jax.schedule.schedule_forest`).
+
+    Returns:
+        The instruction tree; :func:`sq_jax.lower.interpret.run_lowered` runs it.
+
+    Raises:
+        LoweringError: the schedule reads a value where it does not exist, under another
+            loop's batch, or carries a sliced value out of a loop without an escape.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> from sq_jax.plan import BatchPlan
+        >>> from sq_jax.schedule import schedule_forest
+        >>> forest = sq.build_forest(sq.parse("R{a1;i1} = f{a1;a2} t{a2;i1}"), sq.Spaces(i=2, a=3))
+        >>> print(lower_schedule(schedule_forest(forest, BatchPlan())))
+        v2 = einsum(ab,bc->ac) f{a;a} t{a;i}
+        result R = v2
+    """
+    rich = sf.rich
+    owner = rich.point_owner()
+    rec_at = {o.point: o for c in rich.cells for o in c.occurrences}
+    built = {s.value_id for b, _ in sf.ordered.walk() for s in b.steps if isinstance(s, BuildStep)}
+    walk = _Walk(sf, rec_at, owner, built, _crossings(sf, built))
+    state: dict[int, tuple[tuple[int, LoopId | None], ...]] = {}
+    body = walk.body(sf.ordered.root, state, [])
+    results = []
+    for root, v in zip(sf.annotated.forest.roots, rich.root_values, strict=True):
+        occ = next(o for o in rich.cells[v].occurrences if o.is_root and o.node is root.node)
+        read = walk.read(occ, state, [], f"result `{root.name}`")
+        if any(lp is not None for _, lp in read.dims):
+            raise LoweringError(f"result `{root.name}` ({walk.name(v)}) is left sliced.")
+        perm = tuple(root.node.indices.index(ix) for ix in root.indices)
+        results.append(Result(root.name, read, perm, float(root.coef)))
+    keys = tuple(
+        dict.fromkeys(
+            block_key(c.node.tensor)
+            for c in rich.cells
+            if c.is_leaf and c.node is not None and c.node.kind is NodeKind.LEAF
+        )
+    )
+    return LoweredProgram(tuple(body), tuple(results), keys)

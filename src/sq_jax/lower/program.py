@@ -1,0 +1,210 @@
+"""The compiled program: a callable ``equinox.Module`` around one ``jax.jit``.
+
+A :class:`Program` holds the scheduled forest (``.schedule``; ``str()`` is the dump),
+its instruction tree, and one jit-compiled function that binds the inputs (by block key
+or full tensor, see :mod:`sq_jax.forest.inputs`) and runs the instruction tree. Calling
+it again with new arrays of the same shapes and dtypes reuses the compiled executable.
+
+Example:
+    >>> import numpy as np, sq_jax as sq
+    >>> from sq_jax._pipeline import compile
+    >>> prog = compile("E = f{i1;a1} t{a1;i1}", sq.Spaces(i=2, a=5), batch={"a": 2})
+    >>> float(prog({"f": np.ones((7, 7)), "t{a;i}": np.ones((5, 2))})["E"])
+    10.0
+    >>> prog.flops, prog.peak_bytes
+    (20, 8)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+import equinox as eqx
+import jax
+
+from .._errors import InputError
+from ..forest.cost import contraction_flops
+from ..forest.inputs import bind_inputs
+from ..forest.nodes import Forest
+from ..schedule import ScheduledForest
+from .instructions import Combine, Contract, Instr, Loop, LoweredProgram
+from .interpret import run_lowered
+
+__all__ = ["Program", "make_program", "static_flops"]
+
+
+def _evaluate(
+    lowered: LoweredProgram, forest: Forest, remat: bool, inputs: Mapping[str, Any]
+) -> dict[str, Any]:
+    import jax.numpy as jnp
+
+    blocks = bind_inputs(forest, inputs, xp=jnp)
+    return run_lowered(lowered, blocks, remat=remat)
+
+
+class Program(eqx.Module):
+    """A compiled set of equations: ``program(inputs) -> {name: jax.Array}``.
+
+    Build it with :func:`sq_jax.compile`. Differentiable with ``jax.grad``/``jvp``/``vjp``
+    and usable inside other jitted functions.
+    """
+
+    schedule: ScheduledForest = eqx.field(static=True)
+    """Every stage of the scheduler; ``str(program.schedule)`` is the schedule dump."""
+    lowered: LoweredProgram = eqx.field(static=True)
+    """The instruction tree the jitted function runs."""
+    remat: bool = eqx.field(static=True)
+    """Whether loop bodies are wrapped in ``jax.checkpoint``."""
+    flops: int = eqx.field(static=True)
+    """Static FLOP count, recomputation across batches included (accumulator adds not)."""
+    peak_bytes: int = eqx.field(static=True)
+    """Static peak of the intermediates (inputs excluded), from the schedule."""
+    jitted: Any = eqx.field(static=True)
+    """The ``jax.jit``-compiled function of the inputs dict."""
+
+    def __call__(self, inputs: Mapping[str, Any]) -> dict[str, jax.Array]:
+        """Evaluate the equations.
+
+        Args:
+            inputs: arrays by block key (``"g{i,i;a,a}"``), by label for a full tensor
+                (``"g"``), or by variable name.
+
+        Returns:
+            One array per equation name, modes in left-hand-side order.
+
+        Raises:
+            InputError: a missing, unknown, mis-shaped or non-numeric input.
+        """
+        return self.jitted(_check_inputs(inputs))
+
+    def memory_analysis(self, inputs: Mapping[str, Any]) -> Any:
+        """XLA's memory figures of the compiled program for these inputs' shapes.
+
+        Returns the object of ``jax.jit(f).lower(inputs).compile().memory_analysis()``
+        (``temp_size_in_bytes``, ``argument_size_in_bytes``, ``output_size_in_bytes`` …).
+        """
+        return self.jitted.lower(_check_inputs(inputs)).compile().memory_analysis()
+
+    def plot_peak_profile(self, path: Any = None, **options: Any) -> Any:
+        """Plot the static peak profile (see :func:`sq_jax.viz.plot_peak_profile`).
+
+        Example:
+            >>> import sq_jax as sq
+            >>> prog = sq.compile("E = f{i1;a1} t{a1;i1}", sq.Spaces(i=2, a=3))
+            >>> type(prog.plot_peak_profile()).__name__
+            'Figure'
+        """
+        from ..viz import plot_peak_profile
+
+        return plot_peak_profile(self.schedule, path, **options)
+
+    def plot_loop_nest(self, path: Any = None, **options: Any) -> Any:
+        """Draw the loop-nest structure of the schedule (see :func:`sq_jax.viz.plot_loop_nest`).
+
+        Example:
+            >>> import sq_jax as sq
+            >>> prog = sq.compile("E = f{i1;a1} t{a1;i1}", sq.Spaces(i=2, a=4), batch={"a": 2})
+            >>> type(prog.plot_loop_nest()).__name__
+            'Figure'
+        """
+        from ..viz import plot_loop_nest
+
+        return plot_loop_nest(self.schedule, path, **options)
+
+    def make_jaxpr(self, inputs: Mapping[str, Any]) -> Any:
+        """The closed jaxpr of the program for these inputs (for inspection and tests)."""
+        return jax.make_jaxpr(self.jitted)(_check_inputs(inputs))
+
+
+def _check_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(inputs, Mapping):
+        raise InputError(
+            f"inputs must be a mapping from names to arrays, got {type(inputs).__name__}."
+        )
+    out = {}
+    for name, value in inputs.items():
+        if not (hasattr(value, "shape") and hasattr(value, "dtype")) and not isinstance(
+            value, (int, float, complex)
+        ):
+            raise InputError(
+                f"input {name!r} is a {type(value).__name__}, not an array; pass a NumPy or "
+                "JAX array (or a Python number for a scalar variable)."
+            )
+        out[name] = value
+    return out
+
+
+def static_flops(sf: ScheduledForest, lowered: LoweredProgram) -> int:
+    """FLOPs of every contraction and sum as the program runs them (opt_einsum convention).
+
+    Summed over the batches of a loop, a mode the loop slices adds up to its extent, so
+    a production costs its unbatched FLOPs times the batch count of every enclosing loop
+    that slices none of its modes (recomputation).
+
+    Example:
+        >>> import sq_jax as sq
+        >>> from sq_jax.plan import BatchPlan
+        >>> from sq_jax.schedule import schedule_forest
+        >>> from sq_jax.lower.instructions import lower_schedule
+        >>> f = sq.build_forest(sq.parse("R{a1;i1} = f{a1;a2} t{a2;i1}"), sq.Spaces(i=2, a=3))
+        >>> sf = schedule_forest(f, BatchPlan())
+        >>> static_flops(sf, lower_schedule(sf))
+        36
+    """
+    cells = sf.rich.cells
+    rec_at = {o.point: o for c in cells for o in c.occurrences}
+    spaces = sf.annotated.forest.spaces
+    total = 0
+    stack: list[tuple[Instr, tuple[Loop, ...]]] = [(i, ()) for i in lowered.body]
+    while stack:
+        ins, loops = stack.pop()
+        if isinstance(ins, Loop):
+            stack.extend((i, (*loops, ins)) for i in ins.body)
+            continue
+        assert isinstance(ins, (Contract, Combine))
+        first = cells[ins.value_id].occurrences[0]
+        node = first.node
+        assert node is not None
+        ops = [rec_at[p].carried for p in first.operand_points]
+        if isinstance(ins, Contract):
+            flops = contraction_flops(ops, node.indices, spaces)
+        else:
+            flops = 1
+            for ix in node.indices:
+                flops *= spaces.extent(ix.space)
+        touched = {lp for r in ins.operands for _, lp in r.dims if lp is not None}
+        touched |= {lp for r in ins.operands for _, lp in r.slices}
+        for lp in loops:
+            if lp.loop not in touched:
+                total_batches = lp.full_batches + (1 if lp.remainder else 0)
+                flops *= total_batches
+        total += flops
+    return total
+
+
+def make_program(sf: ScheduledForest, lowered: LoweredProgram, *, remat: bool = False) -> Program:
+    """Wrap a lowered schedule into a :class:`Program` (one ``jax.jit``).
+
+    Example:
+        >>> import sq_jax as sq
+        >>> from sq_jax.plan import BatchPlan
+        >>> from sq_jax.schedule import schedule_forest
+        >>> from sq_jax.lower.instructions import lower_schedule
+        >>> f = sq.build_forest(sq.parse("E = f{i1;i1}"), sq.Spaces(i=3))
+        >>> sf = schedule_forest(f, BatchPlan())
+        >>> prog = make_program(sf, lower_schedule(sf))
+        >>> import numpy as np
+        >>> float(prog({"f{i;i}": np.eye(3)})["E"])
+        3.0
+    """
+    fn = jax.jit(partial(_evaluate, lowered, sf.annotated.forest, remat))
+    return Program(
+        schedule=sf,
+        lowered=lowered,
+        remat=remat,
+        flops=static_flops(sf, lowered),
+        peak_bytes=sf.peak.peak_bytes,
+        jitted=fn,
+    )
