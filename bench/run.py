@@ -31,13 +31,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+import workloads as wl
 
-import sq_jax as sq  # noqa: E402
-import workloads as wl  # noqa: E402
-from sq_jax.cc.equations import load_equations  # noqa: E402
+import sq_jax as sq
+from sq_jax.cc.equations import load_equations
 
 TARGETS = {
     "w1_ratio_pyscf": ("<=", 0.25),
@@ -95,8 +95,9 @@ def matmul_fn(n: int = 2000) -> tuple[Callable[[], Any], int]:
     return (lambda: f(x)), 2 * n**3
 
 
-def compile_timed(compile_fn: Callable[[], Any], jitted_of: Callable[[Any], Any],
-                  args_of: Callable[[Any], tuple]) -> dict:
+def compile_timed(
+    compile_fn: Callable[[], Any], jitted_of: Callable[[Any], Any], args_of: Callable[[Any], tuple]
+) -> dict:
     """Phases of a compile: sq_jax passes (``compile_fn``), jax lower, XLA compile, first
     call; returns the compiled executable and the times."""
     t0 = time.perf_counter()
@@ -114,7 +115,7 @@ def compile_timed(compile_fn: Callable[[], Any], jitted_of: Callable[[Any], Any]
         cost = compiled.cost_analysis()
         cost = cost[0] if isinstance(cost, list | tuple) else cost
         xla_flops = float(cost.get("flops", float("nan")))
-    except Exception:  # noqa: BLE001 - cost analysis is optional context
+    except Exception:
         xla_flops = float("nan")
     return {
         "obj": obj,
@@ -145,26 +146,34 @@ def maxdiff(a: dict, b: dict, keys=("R1", "R2")) -> float:
 # W1 / W2: one iteration
 
 
-def iteration(system: wl.System, closed_shell: bool, reps: int, mm: Callable, mm_flops: int,
-              batch: dict) -> dict:
+def iteration(
+    system: wl.System, closed_shell: bool, reps: int, mm: Callable, mm_flops: int, batch: dict
+) -> dict:
     ints = system.cs if closed_shell else system.so
     eq_name = "ccsd_cs" if closed_shell else "ccsd_so"
     o, v = ints.nocc, ints.nvirt
     spaces = sq.Spaces(i=o, a=v)
     text = load_equations(eq_name)
     blocks = wl.all_blocks(ints)
-    rec: dict[str, Any] = {"system": system.name, "equations": eq_name, "o": o, "v": v,
-                           "batch": batch}
+    rec: dict[str, Any] = {
+        "system": system.name,
+        "equations": eq_name,
+        "o": o,
+        "v": v,
+        "batch": batch,
+    }
 
     def for_prog(p):
         return (wl.inputs_for(p, blocks),)
 
     sq_u = compile_timed(lambda: sq.compile(text, spaces), lambda p: p.jitted, for_prog)
-    sq_b = compile_timed(lambda: sq.compile(text, spaces, batch=batch), lambda p: p.jitted,
-                         for_prog)
+    sq_b = compile_timed(
+        lambda: sq.compile(text, spaces, batch=batch), lambda p: p.jitted, for_prog
+    )
     plain_fn, n_einsums, keys = wl.plain_jax_function(eq_name, o, v)
-    plain = compile_timed(lambda: jax.jit(plain_fn), lambda f: f,
-                          lambda f: ({k: blocks[k] for k in keys},))
+    plain = compile_timed(
+        lambda: jax.jit(plain_fn), lambda f: f, lambda f: ({k: blocks[k] for k in keys},)
+    )
     if closed_shell:
         py_call, py_res = wl.pyscf_rccsd(system.mf, system.cs)
     else:
@@ -201,7 +210,8 @@ def iteration(system: wl.System, closed_shell: bool, reps: int, mm: Callable, mm
             "static_flops": flops,
             "static_peak": c["obj"].peak_bytes if key.startswith("sq") else None,
             "static_over_xla": (c["obj"].peak_bytes / (c["xla_temp"] + c["xla_output"]))
-            if key.startswith("sq") else None,
+            if key.startswith("sq")
+            else None,
             "gflops_achieved": (flops / s / 1e9) if flops else c["xla_flops"] / s / 1e9,
             "flop_rate_ratio": (flops / s / mm_rate) if flops else None,
         }
@@ -276,19 +286,36 @@ def profile_w1(system: wl.System, reps: int) -> dict:
             f = jax.jit(lambda x, y, s=ins.spec: jnp.einsum(s, x, y))
             t = timed(f, a, b)
             env[ins.value_id] = f(a, b)
-            rows.append({"op": "einsum", "spec": ins.spec, "shapes": [a.shape, b.shape],
-                         "flops": _flops_of(ins.spec, [a.shape, b.shape]), "s": t})
+            rows.append(
+                {
+                    "op": "einsum",
+                    "spec": ins.spec,
+                    "shapes": [a.shape, b.shape],
+                    "flops": _flops_of(ins.spec, [a.shape, b.shape]),
+                    "s": t,
+                }
+            )
         elif isinstance(ins, Combine):
             xs = [rd(r) if r.scalar is None else jnp.asarray(1.0) for r in ins.operands]
             (p0, p1), (c0, c1) = ins.perms, ins.coefs
-            f = jax.jit(lambda x, y, p0=p0, p1=p1, c0=c0, c1=c1:
-                        c0 * jnp.transpose(x, p0) + c1 * jnp.transpose(y, p1))
+            f = jax.jit(
+                lambda x, y, p0=p0, p1=p1, c0=c0, c1=c1: (
+                    c0 * jnp.transpose(x, p0) + c1 * jnp.transpose(y, p1)
+                )
+            )
             t = timed(f, *xs)
             env[ins.value_id] = f(*xs)
             ident = tuple(range(len(p0)))
-            rows.append({"op": "combine", "spec": f"{c0:g}*x{p0}+{c1:g}*y{p1}",
-                         "shapes": [xs[0].shape, xs[1].shape], "flops": 0, "s": t,
-                         "transposes": int(p0 != ident) + int(p1 != ident)})
+            rows.append(
+                {
+                    "op": "combine",
+                    "spec": f"{c0:g}*x{p0}+{c1:g}*y{p1}",
+                    "shapes": [xs[0].shape, xs[1].shape],
+                    "flops": 0,
+                    "s": t,
+                    "transposes": int(p0 != ident) + int(p1 != ident),
+                }
+            )
     con = [x for x in rows if x["op"] == "einsum"]
     com = [x for x in rows if x["op"] == "combine"]
     top = sorted(con, key=lambda x: -x["s"])[:10]
@@ -303,18 +330,24 @@ def profile_w1(system: wl.System, reps: int) -> dict:
         row["gflops"] = row["flops"] / row["s"] / 1e9 if row["flops"] else None
         row["shapes"] = [list(x) for x in row["shapes"]]
     hlo = prog.jitted.lower(blocks).compile().as_text()
-    counts = {k: hlo.count(f" {k}(") for k in ("dot", "transpose", "copy", "fusion",
-                                                "add", "multiply", "dynamic-slice")}
+    counts = {
+        k: hlo.count(f" {k}(")
+        for k in ("dot", "transpose", "copy", "fusion", "add", "multiply", "dynamic-slice")
+    }
     slow = [x for x in con if x["flops"] / x["s"] < 2e9]
     return {
         "system": system.name,
         "program_flops": prog.flops,
-        "n_einsum": len(con), "n_combine": len(com),
-        "einsum_s": sum(x["s"] for x in con), "combine_s": sum(x["s"] for x in com),
+        "n_einsum": len(con),
+        "n_combine": len(com),
+        "einsum_s": sum(x["s"] for x in con),
+        "combine_s": sum(x["s"] for x in com),
         "combine_with_transpose": sum(1 for x in com if x["transposes"]),
-        "slow_einsums": len(slow), "slow_einsum_s": sum(x["s"] for x in slow),
+        "slow_einsums": len(slow),
+        "slow_einsum_s": sum(x["s"] for x in slow),
         "slow_einsum_flops": sum(x["flops"] for x in slow),
-        "top": top, "hlo_op_counts": counts,
+        "top": top,
+        "hlo_op_counts": counts,
         "rows": rows,
     }
 
@@ -328,15 +361,24 @@ def w3(system: wl.System, reps: int, base: dict | None) -> dict:
     spaces = sq.Spaces(i=ints.nocc, a=ints.nvirt)
     text = load_equations("ccsd_so")
     if base is None:  # W1 not run for this system: compile the unbatched program here
-        base = compile_timed(lambda: sq.compile(text, spaces), lambda p: p.jitted,
-                             lambda p: (wl.block_inputs(p, ints),))
+        base = compile_timed(
+            lambda: sq.compile(text, spaces),
+            lambda p: p.jitted,
+            lambda p: (wl.block_inputs(p, ints),),
+        )
     unb = base["obj"]
     (xb,) = base["args"]  # blocks: XLA temp holds no sliced copies of f and g
     p0 = unb.peak_bytes
     rec: dict[str, Any] = {
-        "system": system.name, "equations": "ccsd_so", "inputs": "blocks",
-        "unbatched": {**strip(base), "static_peak": p0, "flops": unb.flops,
-                      "static_over_xla": p0 / (base["xla_temp"] + base["xla_output"])},
+        "system": system.name,
+        "equations": "ccsd_so",
+        "inputs": "blocks",
+        "unbatched": {
+            **strip(base),
+            "static_peak": p0,
+            "flops": unb.flops,
+            "static_over_xla": p0 / (base["xla_temp"] + base["xla_output"]),
+        },
         "budgets": [],
     }
     fns = {"unbatched": lambda: base["compiled"](xb)}
@@ -344,31 +386,36 @@ def w3(system: wl.System, reps: int, base: dict | None) -> dict:
         budget = p0 // div
         row: dict[str, Any] = {"budget": label, "budget_bytes": budget}
         try:
-            c = compile_timed(lambda b=budget: sq.compile(text, spaces, memory_budget=b),
-                              lambda p: p.jitted, lambda p: (xb,))
+            c = compile_timed(
+                lambda b=budget: sq.compile(text, spaces, memory_budget=b),
+                lambda p: p.jitted,
+                lambda p: (xb,),
+            )
         except sq.MemoryBudgetError as err:
             row["error"] = f"MemoryBudgetError: {err}"
             row["smallest_feasible"] = getattr(err, "smallest_feasible", None)
             rec["budgets"].append(row)
-            log(f"W3 {label}: MemoryBudgetError (smallest feasible "
-                f"{row['smallest_feasible']})")
+            log(f"W3 {label}: MemoryBudgetError (smallest feasible {row['smallest_feasible']})")
             continue
         p = c["obj"]
         measured = c["xla_temp"] + c["xla_output"]
         row.update(strip(c))
-        row.update({
-            "plan": str(p.schedule.annotated.plan) if hasattr(p.schedule.annotated, "plan")
-            else None,
-            "static_peak": p.peak_bytes,
-            "flops": p.flops,
-            "flops_ratio": p.flops / unb.flops,
-            "xla_measured": measured,
-            "peak_over_budget": measured / budget,
-            "static_over_budget": p.peak_bytes / budget,
-            "static_over_xla": p.peak_bytes / measured,
-            "max|R - R_unbatched|": maxdiff(c["compiled"](xb), base["compiled"](xb)),
-        })
-        fns[label] = (lambda cc=c["compiled"]: cc(xb))
+        row.update(
+            {
+                "plan": str(p.schedule.annotated.plan)
+                if hasattr(p.schedule.annotated, "plan")
+                else None,
+                "static_peak": p.peak_bytes,
+                "flops": p.flops,
+                "flops_ratio": p.flops / unb.flops,
+                "xla_measured": measured,
+                "peak_over_budget": measured / budget,
+                "static_over_budget": p.peak_bytes / budget,
+                "static_over_xla": p.peak_bytes / measured,
+                "max|R - R_unbatched|": maxdiff(c["compiled"](xb), base["compiled"](xb)),
+            }
+        )
+        fns[label] = lambda cc=c["compiled"]: cc(xb)
         rec["budgets"].append(row)
     t = interleaved(fns, reps)
     rec["times"] = t
@@ -390,10 +437,16 @@ def w4(system: wl.System, reps: int, batch: dict) -> dict:
     spaces = sq.Spaces(i=o, a=v)
     text = load_equations("ccsd_so")
     rng = np.random.default_rng(7)
-    lam = {"R1": jnp.asarray(rng.standard_normal((v, o))),
-           "R2": jnp.asarray(rng.standard_normal((v, v, o, o)))}
-    rec: dict[str, Any] = {"system": system.name, "equations": "ccsd_so", "batch": batch,
-                           "scalar": "L = E + <λ1,R1> + <λ2,R2> (fixed random λ)"}
+    lam = {
+        "R1": jnp.asarray(rng.standard_normal((v, o))),
+        "R2": jnp.asarray(rng.standard_normal((v, v, o, o))),
+    }
+    rec: dict[str, Any] = {
+        "system": system.name,
+        "equations": "ccsd_so",
+        "batch": batch,
+        "scalar": "L = E + <λ1,R1> + <λ2,R2> (fixed random λ)",
+    }
     fns = {}
     for remat in (False, True):
         prog = sq.compile(text, spaces, batch=batch, remat=remat)
@@ -402,13 +455,16 @@ def w4(system: wl.System, reps: int, batch: dict) -> dict:
         fixed = {k: a for k, a in xb.items() if k not in t}
         key = "remat" if remat else "no_remat"
         if not remat:
-            fwd = compile_timed(lambda p=prog: p, lambda p: p.jitted, lambda p: (xb,))
+            fwd = compile_timed(lambda p=prog: p, lambda p: p.jitted, lambda p, xb=xb: (xb,))
             rec["forward"] = strip(fwd)
-            fns["forward"] = (lambda c=fwd["compiled"]: c(xb))
-        g = compile_timed(lambda p=prog: jax.jit(jax.grad(wl.lagrangian(p, lam))),
-                          lambda f: f, lambda f, t=t, fixed=fixed: (t, fixed))
+            fns["forward"] = lambda c=fwd["compiled"], xb=xb: c(xb)
+        g = compile_timed(
+            lambda p=prog: jax.jit(jax.grad(wl.lagrangian(p, lam))),
+            lambda f: f,
+            lambda f, t=t, fixed=fixed: (t, fixed),
+        )
         rec[f"grad_{key}"] = strip(g)
-        fns[f"grad_{key}"] = (lambda c=g["compiled"], t=t, fixed=fixed: c(t, fixed))
+        fns[f"grad_{key}"] = lambda c=g["compiled"], t=t, fixed=fixed: c(t, fixed)
         log(f"W4 grad remat={remat}: compile {g['compile_s']:.1f} s, temp {g['xla_temp']}")
     tm = interleaved(fns, reps)
     rec["times"] = tm
@@ -428,12 +484,17 @@ def w5(system: wl.System, closed_shell: bool, solvers: tuple[str, ...], py: dict
     from sq_jax import cc
 
     ints = system.cs if closed_shell else system.so
-    rec: dict[str, Any] = {"system": system.name, "closed_shell": closed_shell,
-                           "pyscf": py, "solvers": {}}
+    rec: dict[str, Any] = {
+        "system": system.name,
+        "closed_shell": closed_shell,
+        "pyscf": py,
+        "solvers": {},
+    }
     for solver in solvers:
         t0 = time.perf_counter()
-        run = cc.solve_cc(ints, method="ccsd", closed_shell=closed_shell, solver=solver,
-                          e_tol=1e-10, t_tol=1e-8)
+        run = cc.solve_cc(
+            ints, method="ccsd", closed_shell=closed_shell, solver=solver, e_tol=1e-10, t_tol=1e-8
+        )
         wall = time.perf_counter() - t0
         res = run.result
         hist = res.history
@@ -449,8 +510,10 @@ def w5(system: wl.System, closed_shell: bool, solvers: tuple[str, ...], py: dict
             "iter_ratio_pyscf": res.iterations / py["iterations"],
             "e_diff_pyscf": abs(float(res.energy) - py["e_corr"]),
         }
-        log(f"W5 {system.name} {'cs' if closed_shell else 'so'} {solver}: "
-            f"{res.iterations} it, {wall:.1f} s, E {float(res.energy):.12f}")
+        log(
+            f"W5 {system.name} {'cs' if closed_shell else 'so'} {solver}: "
+            f"{res.iterations} it, {wall:.1f} s, E {float(res.energy):.12f}"
+        )
     return rec
 
 
@@ -483,11 +546,18 @@ def machine() -> dict:
 
     return {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "cores": os.cpu_count(), "ram_gib": mem, "cpu": cpu,
-        "platform": platform.platform(), "python": platform.python_version(),
-        "jax": jax.__version__, "jaxlib": jaxlib.__version__, "numpy": np.__version__,
-        "pyscf": pyscf.__version__, "sq_jax": sq.__version__,
-        "jax_backend": jax.default_backend(), "x64": bool(jax.config.jax_enable_x64),
+        "cores": os.cpu_count(),
+        "ram_gib": mem,
+        "cpu": cpu,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "numpy": np.__version__,
+        "pyscf": pyscf.__version__,
+        "sq_jax": sq.__version__,
+        "jax_backend": jax.default_backend(),
+        "x64": bool(jax.config.jax_enable_x64),
         "loadavg_start": load,
     }
 
@@ -523,19 +593,24 @@ def markdown(r: dict) -> str:
         "|---|---|---|---|---|",
     ]
     for f in r["figures"]:
-        L.append(f"| {f['figure']} | {f['where']} | {f['value']} | {f['target']} | "
-                 f"{f['met']} |")
-    for key, title in (("W1", "W1 spin-orbital CCSD iteration (R1, R2, E)"),
-                       ("W2", "W2 closed-shell CCSD iteration")):
+        L.append(f"| {f['figure']} | {f['where']} | {f['value']} | {f['target']} | {f['met']} |")
+    for key, title in (
+        ("W1", "W1 spin-orbital CCSD iteration (R1, R2, E)"),
+        ("W2", "W2 closed-shell CCSD iteration"),
+    ):
         if not r.get(key):
             continue
         ref = "GCCSD" if key == "W1" else "RCCSD"
-        L += ["", f"## {title}", "",
-              f"| system | o, v | PySCF {ref} s/it | plain JAX s/it (×PySCF) | sq_jax s/it "
-              "(×PySCF) | sq_jax batched s/it (×PySCF) | sq_jax GFLOP/s (/matmul) | "
-              "matmul GFLOP/s | static FLOPs unb. / batched | compile s unb. / batched / "
-              "plain (XLA part) | max|ΔR| vs PySCF |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+        L += [
+            "",
+            f"## {title}",
+            "",
+            f"| system | o, v | PySCF {ref} s/it | plain JAX s/it (×PySCF) | sq_jax s/it "
+            "(×PySCF) | sq_jax batched s/it (×PySCF) | sq_jax GFLOP/s (/matmul) | "
+            "matmul GFLOP/s | static FLOPs unb. / batched | compile s unb. / batched / "
+            "plain (XLA part) | max|ΔR| vs PySCF |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for w in r[key]:
             if "error" in w:
                 L.append(f"| {w['system']} | error: {w['error'][:200]} |")
@@ -551,67 +626,99 @@ def markdown(r: dict) -> str:
                 f"{b['static_flops']:.3g} ({w['batched_flop_overhead']:.2f}×) | "
                 f"{u['compile_s']:.1f} ({u['xla_compile_s']:.1f}) / {b['compile_s']:.1f} "
                 f"({b['xla_compile_s']:.1f}) / {p['compile_s']:.1f} | "
-                f"{w['check']['max|R_sq - R_pyscf|']:.1e} |")
+                f"{w['check']['max|R_sq - R_pyscf|']:.1e} |"
+            )
     pr = r.get("W1_profile")
     if pr and "top" in pr:
-        t1 = next((w["sq_jax"]["s_per_iter"] for w in r.get("W1", [])
-                   if w.get("system") == pr["system"] and "sq_jax" in w), float("nan"))
-        L += ["", f"## W1 profile ({pr['system']}, unbatched ccsd_so, each instruction "
-              "jitted and timed alone, median of 3)", "",
-              f"{pr['n_einsum']} einsums: {pr['einsum_s']:.3f} s in all; {pr['n_combine']} "
-              f"sums (Combine, {pr['combine_with_transpose']} with a transpose): "
-              f"{pr['combine_s']:.3f} s; whole program in W1: {t1:.3f} s. Einsums below "
-              f"2 GFLOP/s: {pr['slow_einsums']}, {pr['slow_einsum_s']:.3f} s for "
-              f"{pr['slow_einsum_flops'] / 1e6:.0f} MFLOP (of {pr['program_flops'] / 1e6:.0f}). "
-              f"Compiled HLO op counts: {pr['hlo_op_counts']}.", "",
-              "| einsum | shapes | MFLOP | ms | GFLOP/s | ms as tensordot+transpose |",
-              "|---|---|---|---|---|---|"]
+        t1 = next(
+            (
+                w["sq_jax"]["s_per_iter"]
+                for w in r.get("W1", [])
+                if w.get("system") == pr["system"] and "sq_jax" in w
+            ),
+            float("nan"),
+        )
+        L += [
+            "",
+            f"## W1 profile ({pr['system']}, unbatched ccsd_so, each instruction "
+            "jitted and timed alone, median of 3)",
+            "",
+            f"{pr['n_einsum']} einsums: {pr['einsum_s']:.3f} s in all; {pr['n_combine']} "
+            f"sums (Combine, {pr['combine_with_transpose']} with a transpose): "
+            f"{pr['combine_s']:.3f} s; whole program in W1: {t1:.3f} s. Einsums below "
+            f"2 GFLOP/s: {pr['slow_einsums']}, {pr['slow_einsum_s']:.3f} s for "
+            f"{pr['slow_einsum_flops'] / 1e6:.0f} MFLOP (of {pr['program_flops'] / 1e6:.0f}). "
+            f"Compiled HLO op counts: {pr['hlo_op_counts']}.",
+            "",
+            "| einsum | shapes | MFLOP | ms | GFLOP/s | ms as tensordot+transpose |",
+            "|---|---|---|---|---|---|",
+        ]
         for x in pr["top"]:
-            L.append(f"| `{x['spec']}` | {x['shapes'][0]} × {x['shapes'][1]} | "
-                     f"{x['flops'] / 1e6:.1f} | {x['s'] * 1e3:.2f} | {x['gflops']:.2f} | "
-                     f"{f3(x.get('tensordot_s', None) and x['tensordot_s'] * 1e3, '.2f')} |")
+            L.append(
+                f"| `{x['spec']}` | {x['shapes'][0]} × {x['shapes'][1]} | "
+                f"{x['flops'] / 1e6:.1f} | {x['s'] * 1e3:.2f} | {x['gflops']:.2f} | "
+                f"{f3(x.get('tensordot_s', None) and x['tensordot_s'] * 1e3, '.2f')} |"
+            )
     if r.get("W3"):
         w = r["W3"]
         u = w["unbatched"]
-        L += ["", f"## W3 memory budgets ({w['system']}, ccsd_so, inputs passed as blocks)", "",
-              f"Unbatched: static peak {mib(u['static_peak'])}, XLA temp+output "
-              f"{mib(u['xla_temp'] + u['xla_output'])} (static/XLA "
-              f"{u['static_over_xla']:.2f}), {u.get('s_per_iter', float('nan')):.4f} s/it, "
-              f"compile {u['compile_s']:.1f} s.", "",
-              "| budget | bytes | plan | static peak | XLA temp+out | XLA / budget | "
-              "static / XLA | FLOPs / unb. | s/it | time / unb. | compile s |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+        L += [
+            "",
+            f"## W3 memory budgets ({w['system']}, ccsd_so, inputs passed as blocks)",
+            "",
+            f"Unbatched: static peak {mib(u['static_peak'])}, XLA temp+output "
+            f"{mib(u['xla_temp'] + u['xla_output'])} (static/XLA "
+            f"{u['static_over_xla']:.2f}), {u.get('s_per_iter', float('nan')):.4f} s/it, "
+            f"compile {u['compile_s']:.1f} s.",
+            "",
+            "| budget | bytes | plan | static peak | XLA temp+out | XLA / budget | "
+            "static / XLA | FLOPs / unb. | s/it | time / unb. | compile s |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for row in w["budgets"]:
             if "error" in row:
-                L.append(f"| {row['budget']} | {row['budget_bytes']} | "
-                         f"{row['error'][:300].replace('|', '/')} | smallest feasible "
-                         f"{row['smallest_feasible']} | | | | | | | |")
+                L.append(
+                    f"| {row['budget']} | {row['budget_bytes']} | "
+                    f"{row['error'][:300].replace('|', '/')} | smallest feasible "
+                    f"{row['smallest_feasible']} | | | | | | | |"
+                )
                 continue
             L.append(
                 f"| {row['budget']} | {row['budget_bytes']} | {row['plan']} | "
                 f"{mib(row['static_peak'])} | {mib(row['xla_measured'])} | "
                 f"{row['peak_over_budget']:.2f} | {row['static_over_xla']:.2f} | "
                 f"{row['flops_ratio']:.2f} | {row.get('s_per_iter', float('nan')):.4f} | "
-                f"{row.get('time_ratio', float('nan')):.2f} | {row['compile_s']:.1f} |")
+                f"{row.get('time_ratio', float('nan')):.2f} | {row['compile_s']:.1f} |"
+            )
     if r.get("W4"):
         w = r["W4"]
         f = w["forward"]
-        L += ["", f"## W4 gradient ({w['system']}, batch {w['batch']}, {w['scalar']})", "",
-              "| program | s | ×forward | XLA temp | temp ×forward | compile s |",
-              "|---|---|---|---|---|---|",
-              f"| forward | {w['times']['forward']['median_s']:.4f} | 1 | "
-              f"{mib(f['xla_temp'])} | 1 | {f['compile_s']:.1f} |"]
+        L += [
+            "",
+            f"## W4 gradient ({w['system']}, batch {w['batch']}, {w['scalar']})",
+            "",
+            "| program | s | ×forward | XLA temp | temp ×forward | compile s |",
+            "|---|---|---|---|---|---|",
+            f"| forward | {w['times']['forward']['median_s']:.4f} | 1 | "
+            f"{mib(f['xla_temp'])} | 1 | {f['compile_s']:.1f} |",
+        ]
         for key in ("grad_no_remat", "grad_remat"):
             g = w[key]
-            L.append(f"| {key} | {g['s']:.4f} | {g['time_over_forward']:.2f} | "
-                     f"{mib(g['xla_temp'])} | {g['temp_over_forward']:.2f} | "
-                     f"{g['compile_s']:.1f} |")
+            L.append(
+                f"| {key} | {g['s']:.4f} | {g['time_over_forward']:.2f} | "
+                f"{mib(g['xla_temp'])} | {g['temp_over_forward']:.2f} | "
+                f"{g['compile_s']:.1f} |"
+            )
     if r.get("W5"):
-        L += ["", "## W5 full solves (e_tol 1e-10, t_tol 1e-8; PySCF conv_tol 1e-10, "
-              "conv_tol_normt 1e-8, MP2 start)", "",
-              "| system | equations | PySCF it / s | solver | it (×PySCF) | GMRES cycles | "
-              "total s (incl. compile) | s/it | E_corr | |ΔE| vs PySCF | |ΔE| vs table |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+        L += [
+            "",
+            "## W5 full solves (e_tol 1e-10, t_tol 1e-8; PySCF conv_tol 1e-10, "
+            "conv_tol_normt 1e-8, MP2 start)",
+            "",
+            "| system | equations | PySCF it / s | solver | it (×PySCF) | GMRES cycles | "
+            "total s (incl. compile) | s/it | E_corr | |ΔE| vs PySCF | |ΔE| vs table |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for w in r["W5"]:
             py = w["pyscf"]
             for name, s in w["solvers"].items():
@@ -621,7 +728,8 @@ def markdown(r: dict) -> str:
                     f"{s['iterations']} ({s['iter_ratio_pyscf']:.2f}) | {s['linear_steps']} | "
                     f"{s['total_s']:.1f} | {f3(s['per_iteration_s'], '.4f')} | "
                     f"{s['e_corr']:.12f} | {s['e_diff_pyscf']:.1e} | "
-                    f"{f3(s.get('e_diff_table'), '.1e')} |")
+                    f"{f3(s.get('e_diff_table'), '.1e')} |"
+                )
     if r.get("not_run"):
         L += ["", "## Not run", ""]
         L += [f"* {x}" for x in r["not_run"]]
@@ -637,83 +745,189 @@ def figures(r: dict) -> list[dict]:
     def add(fig, where, value, key, fmt=".3f"):
         op, t = TARGETS[key]
         target = f"{op} {t:g}" if op != "within" else f"1 ± {t:g}"
-        out.append({"figure": fig, "where": where, "value": f3(value, fmt), "target": target,
-                    "met": meets(key, value), "raw": value})
+        out.append(
+            {
+                "figure": fig,
+                "where": where,
+                "value": f3(value, fmt),
+                "target": target,
+                "met": meets(key, value),
+                "raw": value,
+            }
+        )
 
     for w in r.get("W1", []):
         if "error" in w:
             continue
-        add("time/iter ÷ PySCF GCCSD", f"W1 {w['system']} sq_jax", w["sq_jax"]["ratio_pyscf"],
-            "w1_ratio_pyscf")
-        add("time/iter ÷ PySCF GCCSD", f"W1 {w['system']} sq_jax batched {w['batch']}",
-            w["sq_jax_batched"]["ratio_pyscf"], "w1_ratio_pyscf")
-        add("time/iter ÷ PySCF GCCSD", f"W1 {w['system']} plain JAX",
-            w["plain_jax"]["ratio_pyscf"], "w1_ratio_pyscf")
-        add("FLOP rate ÷ JAX matmul rate", f"W1 {w['system']} sq_jax",
-            w["sq_jax"]["flop_rate_ratio"], "flop_rate_ratio")
-        add("compile s (passes+lower+XLA)", f"W1 {w['system']} sq_jax",
-            w["sq_jax"]["compile_s"], "compile_s", ".1f")
-        add("compile s (passes+lower+XLA)", f"W1 {w['system']} sq_jax batched",
-            w["sq_jax_batched"]["compile_s"], "compile_s", ".1f")
+        add(
+            "time/iter ÷ PySCF GCCSD",
+            f"W1 {w['system']} sq_jax",
+            w["sq_jax"]["ratio_pyscf"],
+            "w1_ratio_pyscf",
+        )
+        add(
+            "time/iter ÷ PySCF GCCSD",
+            f"W1 {w['system']} sq_jax batched {w['batch']}",
+            w["sq_jax_batched"]["ratio_pyscf"],
+            "w1_ratio_pyscf",
+        )
+        add(
+            "time/iter ÷ PySCF GCCSD",
+            f"W1 {w['system']} plain JAX",
+            w["plain_jax"]["ratio_pyscf"],
+            "w1_ratio_pyscf",
+        )
+        add(
+            "FLOP rate ÷ JAX matmul rate",
+            f"W1 {w['system']} sq_jax",
+            w["sq_jax"]["flop_rate_ratio"],
+            "flop_rate_ratio",
+        )
+        add(
+            "compile s (passes+lower+XLA)",
+            f"W1 {w['system']} sq_jax",
+            w["sq_jax"]["compile_s"],
+            "compile_s",
+            ".1f",
+        )
+        add(
+            "compile s (passes+lower+XLA)",
+            f"W1 {w['system']} sq_jax batched",
+            w["sq_jax_batched"]["compile_s"],
+            "compile_s",
+            ".1f",
+        )
     for w in r.get("W2", []):
         if "error" in w:
             continue
-        add("time/iter ÷ PySCF RCCSD", f"W2 {w['system']} sq_jax", w["sq_jax"]["ratio_pyscf"],
-            "w2_ratio_pyscf")
-        add("time/iter ÷ PySCF RCCSD", f"W2 {w['system']} sq_jax batched",
-            w["sq_jax_batched"]["ratio_pyscf"], "w2_ratio_pyscf")
-        add("time/iter ÷ PySCF RCCSD", f"W2 {w['system']} plain JAX",
-            w["plain_jax"]["ratio_pyscf"], "w2_ratio_pyscf")
-        add("FLOP rate ÷ JAX matmul rate", f"W2 {w['system']} sq_jax",
-            w["sq_jax"]["flop_rate_ratio"], "flop_rate_ratio")
+        add(
+            "time/iter ÷ PySCF RCCSD",
+            f"W2 {w['system']} sq_jax",
+            w["sq_jax"]["ratio_pyscf"],
+            "w2_ratio_pyscf",
+        )
+        add(
+            "time/iter ÷ PySCF RCCSD",
+            f"W2 {w['system']} sq_jax batched",
+            w["sq_jax_batched"]["ratio_pyscf"],
+            "w2_ratio_pyscf",
+        )
+        add(
+            "time/iter ÷ PySCF RCCSD",
+            f"W2 {w['system']} plain JAX",
+            w["plain_jax"]["ratio_pyscf"],
+            "w2_ratio_pyscf",
+        )
+        add(
+            "FLOP rate ÷ JAX matmul rate",
+            f"W2 {w['system']} sq_jax",
+            w["sq_jax"]["flop_rate_ratio"],
+            "flop_rate_ratio",
+        )
     if r.get("W3"):
         w = r["W3"]
-        add("static peak ÷ XLA temp+out", f"W3 {w['system']} unbatched",
-            w["unbatched"]["static_over_xla"], "static_over_xla")
+        add(
+            "static peak ÷ XLA temp+out",
+            f"W3 {w['system']} unbatched",
+            w["unbatched"]["static_over_xla"],
+            "static_over_xla",
+        )
         for row in w["budgets"]:
             if "error" in row:
-                out.append({"figure": "budget feasible", "where": f"W3 {row['budget']}",
-                            "value": "MemoryBudgetError", "target": "plan exists",
-                            "met": "**no**", "raw": None})
+                out.append(
+                    {
+                        "figure": "budget feasible",
+                        "where": f"W3 {row['budget']}",
+                        "value": "MemoryBudgetError",
+                        "target": "plan exists",
+                        "met": "**no**",
+                        "raw": None,
+                    }
+                )
                 continue
-            add("batched time ÷ unbatched", f"W3 {w['system']} budget {row['budget']}",
-                row.get("time_ratio"), "w3_time_ratio")
-            add("XLA temp+out ÷ budget", f"W3 {w['system']} budget {row['budget']}",
-                row["peak_over_budget"], "w3_peak_over_budget")
-            add("static peak ÷ XLA temp+out", f"W3 {w['system']} budget {row['budget']}",
-                row["static_over_xla"], "static_over_xla")
+            add(
+                "batched time ÷ unbatched",
+                f"W3 {w['system']} budget {row['budget']}",
+                row.get("time_ratio"),
+                "w3_time_ratio",
+            )
+            add(
+                "XLA temp+out ÷ budget",
+                f"W3 {w['system']} budget {row['budget']}",
+                row["peak_over_budget"],
+                "w3_peak_over_budget",
+            )
+            add(
+                "static peak ÷ XLA temp+out",
+                f"W3 {w['system']} budget {row['budget']}",
+                row["static_over_xla"],
+                "static_over_xla",
+            )
     if r.get("W4"):
         w = r["W4"]
-        add("grad time ÷ forward", f"W4 {w['system']} no remat",
-            w["grad_no_remat"]["time_over_forward"], "w4_grad_over_forward")
-        add("grad time ÷ forward", f"W4 {w['system']} remat",
-            w["grad_remat"]["time_over_forward"], "w4_grad_over_forward")
-        add("grad XLA temp (remat) ÷ forward temp", f"W4 {w['system']}",
-            w["grad_remat"]["temp_over_forward"], "w4_remat_temp_ratio")
+        add(
+            "grad time ÷ forward",
+            f"W4 {w['system']} no remat",
+            w["grad_no_remat"]["time_over_forward"],
+            "w4_grad_over_forward",
+        )
+        add(
+            "grad time ÷ forward",
+            f"W4 {w['system']} remat",
+            w["grad_remat"]["time_over_forward"],
+            "w4_grad_over_forward",
+        )
+        add(
+            "grad XLA temp (remat) ÷ forward temp",
+            f"W4 {w['system']}",
+            w["grad_remat"]["temp_over_forward"],
+            "w4_remat_temp_ratio",
+        )
     for w in r.get("W5", []):
         tag = "cs" if w["closed_shell"] else "so"
         for name, s in w["solvers"].items():
-            add("iterations ÷ PySCF", f"W5 {w['system']} {tag} {name}",
-                s["iter_ratio_pyscf"], "w5_iter_ratio", ".2f")
-            add("|E_corr − PySCF|", f"W5 {w['system']} {tag} {name}", s["e_diff_pyscf"],
-                "e_diff", ".1e")
+            add(
+                "iterations ÷ PySCF",
+                f"W5 {w['system']} {tag} {name}",
+                s["iter_ratio_pyscf"],
+                "w5_iter_ratio",
+                ".2f",
+            )
+            add(
+                "|E_corr − PySCF|",
+                f"W5 {w['system']} {tag} {name}",
+                s["e_diff_pyscf"],
+                "e_diff",
+                ".1e",
+            )
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="STO-3G + 6-31G, 3 reps, no W4 and no Newton solves")
-    ap.add_argument("--systems", default=None,
-                    help="comma list of " + ", ".join(wl.SYSTEMS) + "; default h2o-ccpvdz "
-                    "(--quick: h2o-sto3g,h2o-631g)")
-    ap.add_argument("--large", action="store_true",
-                    help="add H2O/cc-pVTZ, (H2O)2/cc-pVDZ, benzene/cc-pVDZ (hours; W1/W2/W5)")
-    ap.add_argument("--w3-system", default=None,
-                    help="system for W3 (default: the last of --systems)")
-    ap.add_argument("--w4-system", default="h2o-631g",
-                    help="system for W4 (default h2o-631g: the XLA compile of one batched "
-                    "cc-pVDZ gradient takes ~2 min on this machine)")
+    ap.add_argument(
+        "--quick", action="store_true", help="STO-3G + 6-31G, 3 reps, no W4 and no Newton solves"
+    )
+    ap.add_argument(
+        "--systems",
+        default=None,
+        help="comma list of " + ", ".join(wl.SYSTEMS) + "; default h2o-ccpvdz "
+        "(--quick: h2o-sto3g,h2o-631g)",
+    )
+    ap.add_argument(
+        "--large",
+        action="store_true",
+        help="add H2O/cc-pVTZ, (H2O)2/cc-pVDZ, benzene/cc-pVDZ (hours; W1/W2/W5)",
+    )
+    ap.add_argument(
+        "--w3-system", default=None, help="system for W3 (default: the last of --systems)"
+    )
+    ap.add_argument(
+        "--w4-system",
+        default="h2o-631g",
+        help="system for W4 (default h2o-631g: the XLA compile of one batched "
+        "cc-pVDZ gradient takes ~2 min on this machine)",
+    )
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--batch", default="a=2", help="batch plan for 'sq_jax batched', W4")
     ap.add_argument("--no-newton-so", action="store_true")
@@ -736,28 +950,41 @@ def main() -> None:
     if args.quick:
         skip |= {"W4", "NEWTON"}
 
-    r: dict[str, Any] = {"meta": machine(), "command": " ".join(["python", *sys.argv]),
-                         "reps": reps, "systems": {}, "errors": [], "not_run": []}
+    r: dict[str, Any] = {
+        "meta": machine(),
+        "command": " ".join(["python", *sys.argv]),
+        "reps": reps,
+        "systems": {},
+        "errors": [],
+        "not_run": [],
+    }
     log("machine", r["meta"])
     if not args.large:
         r["not_run"].append(
             "H2O/cc-pVTZ (GCCSD 6.2 s/it, 4.2 GB in PySCF), (H2O)2/cc-pVDZ and "
             "benzene/cc-pVDZ: too big for this machine's time budget today; they are "
-            "behind `--large` and were not run.")
+            "behind `--large` and were not run."
+        )
     mm, mm_flops = matmul_fn()
     systems = {}
     for n in dict.fromkeys((*names, w3_sys, *(() if "W4" in skip else (w4_sys,)))):
         s = wl.load_system(n)
         systems[n] = s
-        r["systems"][n] = {"basis": s.spec.basis, "so_o": s.so.nocc, "so_v": s.so.nvirt,
-                           "cs_o": s.cs.nocc, "cs_v": s.cs.nvirt, "e_hf": s.so.e_hf,
-                           "scf_s": s.scf_s}
+        r["systems"][n] = {
+            "basis": s.spec.basis,
+            "so_o": s.so.nocc,
+            "so_v": s.so.nvirt,
+            "cs_o": s.cs.nocc,
+            "cs_v": s.cs.nvirt,
+            "e_hf": s.so.e_hf,
+            "scf_s": s.scf_s,
+        }
         log(f"system {n}: so o={s.so.nocc} v={s.so.nvirt}")
 
     def guarded(label: str, fn: Callable[[], Any]) -> Any:
         try:
             return fn()
-        except Exception as err:  # noqa: BLE001 - a benchmark reports, never stops
+        except Exception as err:
             r["errors"].append(f"{label}: {type(err).__name__}: {err}"[:2000])
             log(f"ERROR {label}\n{traceback.format_exc()}")
             return {"system": label, "error": f"{type(err).__name__}: {err}"}
@@ -768,15 +995,22 @@ def main() -> None:
         r[key] = []
         for n in names:
             log(f"{key} {n}")
-            r[key].append(guarded(f"{key} {n}", lambda n=n, cs=cs: iteration(
-                systems[n], cs, reps, mm, mm_flops, batch)))
+            r[key].append(
+                guarded(
+                    f"{key} {n}",
+                    lambda n=n, cs=cs: iteration(systems[n], cs, reps, mm, mm_flops, batch),
+                )
+            )
             gc.collect()
     if "PROFILE" not in skip and not args.quick:
         log(f"W1 profile {names[-1]}")
         r["W1_profile"] = guarded("W1 profile", lambda: profile_w1(systems[names[-1]], 3))
         gc.collect()
-    reuse = {w["system"]: w.pop("_unbatched_compiled") for w in r.get("W1", [])
-             if "_unbatched_compiled" in w}
+    reuse = {
+        w["system"]: w.pop("_unbatched_compiled")
+        for w in r.get("W1", [])
+        if "_unbatched_compiled" in w
+    }
     for w in r.get("W2", []):
         w.pop("_unbatched_compiled", None)
     if "W3" not in skip:
@@ -788,16 +1022,19 @@ def main() -> None:
         log(f"W4 {w4_sys}")
         r["W4"] = guarded(f"W4 {w4_sys}", lambda: w4(systems[w4_sys], reps, batch))
     elif args.quick:
-        r["not_run"].append("W4 (gradient): skipped by --quick (batched-gradient XLA "
-                            "compiles take minutes).")
+        r["not_run"].append(
+            "W4 (gradient): skipped by --quick (batched-gradient XLA compiles take minutes)."
+        )
     if "W5" not in skip:
         r["W5"] = []
         for n in names:
             s = systems[n]
             for cs in (False, True):
                 py = wl.pyscf_solve(s, closed_shell=cs, conv_tol=1e-10, conv_tol_normt=1e-8)
-                log(f"W5 PySCF {n} {'cs' if cs else 'so'}: {py['iterations']} it, "
-                    f"{py['total_s']:.1f} s")
+                log(
+                    f"W5 PySCF {n} {'cs' if cs else 'so'}: {py['iterations']} it, "
+                    f"{py['total_s']:.1f} s"
+                )
                 solvers = ("diis",) if "NEWTON" in skip else ("diis", "newton")
                 if "NEWTON" in skip and not cs:
                     r["not_run"].append(f"W5 Newton–Krylov solves for {n}: skipped by --quick.")
@@ -805,7 +1042,8 @@ def main() -> None:
                     solvers = ("diis",)
                     r["not_run"].append(
                         f"W5 Newton–Krylov for spin-orbital {n}: ~100 JVPs of the o²v⁴ program "
-                        "(minutes); closed-shell Newton is run instead.")
+                        "(minutes); closed-shell Newton is run instead."
+                    )
                 w = guarded(f"W5 {n}", lambda s=s, cs=cs, py=py, so=solvers: w5(s, cs, so, py))
                 if "solvers" in w:
                     ref = s.spec.ref_rccsd if cs else (s.spec.ref_gccsd or s.spec.ref_rccsd)

@@ -67,19 +67,53 @@ class SystemSpec:
 SYSTEMS: dict[str, SystemSpec] = {
     s.name: s
     for s in (
-        SystemSpec("h2o-sto3g", H2O, "sto-3g", ref_rccsd=-0.04943856303089, ref_iters=36,
-                   ref_s_per_iter_rccsd=0.018),
-        SystemSpec("h2o-631g", H2O, "6-31g", ref_rccsd=-0.13537949962050, ref_iters=33,
-                   ref_s_per_iter_rccsd=0.022),
-        SystemSpec("h2o-ccpvdz", H2O, "cc-pvdz", ref_rccsd=-0.21332742687298,
-                   ref_gccsd=-0.21332742687301, ref_iters=40, ref_s_per_iter_gccsd=0.22,
-                   ref_s_per_iter_rccsd=0.028),
-        SystemSpec("h2o-ccpvtz", H2O, "cc-pvtz", large=True, ref_gccsd=-0.28086612094323,
-                   ref_iters=40, ref_s_per_iter_gccsd=6.2),
-        SystemSpec("h2o2-ccpvdz", H2O_DIMER, "cc-pvdz", large=True, ref_iters=56,
-                   ref_s_per_iter_gccsd=5.2, ref_s_per_iter_rccsd=0.20),
-        SystemSpec("benzene-ccpvdz", BENZENE, "cc-pvdz", large=True, ref_iters=52,
-                   ref_s_per_iter_rccsd=9.0),
+        SystemSpec(
+            "h2o-sto3g",
+            H2O,
+            "sto-3g",
+            ref_rccsd=-0.04943856303089,
+            ref_iters=36,
+            ref_s_per_iter_rccsd=0.018,
+        ),
+        SystemSpec(
+            "h2o-631g",
+            H2O,
+            "6-31g",
+            ref_rccsd=-0.13537949962050,
+            ref_iters=33,
+            ref_s_per_iter_rccsd=0.022,
+        ),
+        SystemSpec(
+            "h2o-ccpvdz",
+            H2O,
+            "cc-pvdz",
+            ref_rccsd=-0.21332742687298,
+            ref_gccsd=-0.21332742687301,
+            ref_iters=40,
+            ref_s_per_iter_gccsd=0.22,
+            ref_s_per_iter_rccsd=0.028,
+        ),
+        SystemSpec(
+            "h2o-ccpvtz",
+            H2O,
+            "cc-pvtz",
+            large=True,
+            ref_gccsd=-0.28086612094323,
+            ref_iters=40,
+            ref_s_per_iter_gccsd=6.2,
+        ),
+        SystemSpec(
+            "h2o2-ccpvdz",
+            H2O_DIMER,
+            "cc-pvdz",
+            large=True,
+            ref_iters=56,
+            ref_s_per_iter_gccsd=5.2,
+            ref_s_per_iter_rccsd=0.20,
+        ),
+        SystemSpec(
+            "benzene-ccpvdz", BENZENE, "cc-pvdz", large=True, ref_iters=52, ref_s_per_iter_rccsd=9.0
+        ),
     )
 }
 DEFAULT_SYSTEMS = ("h2o-ccpvdz",)
@@ -141,7 +175,7 @@ def all_blocks(ints: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for label, arr, groups in (("f", ints.fock, (1, 1)), ("g", ints.eri, (2, 2))):
         for combo in itertools.product("ia", repeat=sum(groups)):
-            bra, ket = combo[: groups[0]], combo[groups[0]:]
+            bra, ket = combo[: groups[0]], combo[groups[0] :]
             key = f"{label}{{{','.join(bra)};{','.join(ket)}}}"
             out[key] = np.ascontiguousarray(np.asarray(arr)[tuple(sl[c] for c in combo)])
     out.update(amplitudes(ints))
@@ -229,7 +263,11 @@ def pyscf_gccsd(so: SpinOrbitalIntegrals) -> tuple[Callable[[], Any], Callable[[
     nocc, nso = so.nocc, so.nmo
     eris = gccsd._PhysicistsERIs()
     eris.fock, eris.mo_energy, eris.nocc, eris.e_hf = (
-        np.asarray(so.fock), np.diag(so.fock).copy(), nocc, float(so.e_hf))
+        np.asarray(so.fock),
+        np.diag(so.fock).copy(),
+        nocc,
+        float(so.e_hf),
+    )
     o, v = slice(0, nocc), slice(nocc, nso)
     for blk in ("oooo", "ooov", "oovv", "ovov", "ovvo", "ovvv", "vvvv"):
         setattr(eris, blk, np.ascontiguousarray(so.eri[tuple(o if c == "o" else v for c in blk)]))
@@ -268,8 +306,9 @@ def pyscf_rccsd(mf: Any, cs: SpatialIntegrals) -> tuple[Callable[[], Any], Calla
     return call, residual
 
 
-def pyscf_solve(sys_: System, *, closed_shell: bool, conv_tol: float, conv_tol_normt: float
-                ) -> dict[str, Any]:
+def pyscf_solve(
+    sys_: System, *, closed_shell: bool, conv_tol: float, conv_tol_normt: float
+) -> dict[str, Any]:
     """A full PySCF CCSD solve (RCCSD or GCCSD from ``convert_to_ghf``), MP2 start."""
     import time
 

@@ -1,0 +1,137 @@
+"""Per-device memory and time of a sharded CCSD residual on 1, 2 and 4 forced CPU devices.
+
+Each device count runs in its own subprocess with
+``XLA_FLAGS=--xla_force_host_platform_device_count=N`` (JAX fixes the device count when
+it starts). For each it reports the static per-device peak
+(``program.peak_bytes_per_device``), XLA's per-device figures
+(``program.memory_analysis``: arguments, outputs, temporaries), the compile time and the
+median call time.
+
+This is NOT a speed-up measurement: forced host devices share the same CPU cores (and
+XLA's CPU thread pool), so more devices mostly add collectives and padding. It checks
+that the sharded program runs, stays exact, and what each device holds.
+
+Usage::
+
+    python bench/bench_shard.py                      # i=8, a=24, a in 8 batches
+    python bench/bench_shard.py --nocc 6 --nvirt 16 --batches 8 --repeat 3 \\
+        --json bench/bench_shard.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _one(nocc: int, nvirt: int, batches: int, repeat: int) -> dict:
+    """Run in a subprocess whose device count is already forced."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import sq_jax as sq
+    from sq_jax.cc.equations import load_equations
+    from sq_jax.lower.shard import xla_bytes_per_device
+
+    devices = jax.devices()
+    text = load_equations("ccsd_so")
+    spaces = sq.Spaces(i=nocc, a=nvirt)
+    n = nocc + nvirt
+    rng = np.random.default_rng(0)
+    x = {
+        "f": rng.standard_normal((n, n)),
+        "g": rng.standard_normal((n, n, n, n)),
+        "t{a;i}": 0.1 * rng.standard_normal((nvirt, nocc)),
+        "t{a,a;i,i}": 0.1 * rng.standard_normal((nvirt, nvirt, nocc, nocc)),
+    }
+    plan = {"a": {"batches": batches, "roles": "external"}}
+    prog = sq.compile(text, spaces, batch=plan, devices=devices)
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(prog(x))
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        jax.block_until_ready(prog(x))
+        times.append(time.perf_counter() - t0)
+    mem = prog.memory_analysis(x)
+    norm = float(jnp.linalg.norm(out["R2"]))
+    return {
+        "devices": len(devices),
+        "nocc": nocc,
+        "nvirt": nvirt,
+        "batches": batches,
+        "static_peak_single": prog.peak_bytes,
+        "static_peak_per_device": prog.peak_bytes_per_device,
+        "xla_argument_per_device": int(mem.argument_size_in_bytes),
+        "xla_output_per_device": int(mem.output_size_in_bytes),
+        "xla_temp_per_device": int(mem.temp_size_in_bytes),
+        "xla_total_per_device": xla_bytes_per_device(mem),
+        "compile_and_first_call_s": round(first, 2),
+        "call_s_median": round(sorted(times)[len(times) // 2], 4),
+        "energy": float(out["E"]),
+        "r2_norm": norm,
+    }
+
+
+def _table(rows: list[dict]) -> str:
+    head = (
+        "| devices | static peak/dev | XLA args/dev | XLA temp/dev | XLA total/dev "
+        "| compile+1st (s) | call (s) |"
+    )
+    lines = [head, "|" + "---|" * 7]
+    for r in rows:
+        lines.append(
+            f"| {r['devices']} | {r['static_peak_per_device']:,} | "
+            f"{r['xla_argument_per_device']:,} | {r['xla_temp_per_device']:,} | "
+            f"{r['xla_total_per_device']:,} | {r['compile_and_first_call_s']} | "
+            f"{r['call_s_median']} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Parse arguments, run each device count in a subprocess, print a table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nocc", type=int, default=8)
+    ap.add_argument("--nvirt", type=int, default=24)
+    ap.add_argument("--batches", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(_one(args.nocc, args.nvirt, args.batches, args.repeat)))
+        return
+    rows = []
+    for d in args.devices:
+        env = dict(os.environ)
+        env["XLA_FLAGS"] = (
+            env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={d}"
+        ).strip()
+        env["JAX_PLATFORMS"] = "cpu"
+        cmd = [sys.executable, __file__, "--child", "--nocc", str(args.nocc)]
+        cmd += ["--nvirt", str(args.nvirt), "--batches", str(args.batches)]
+        cmd += ["--repeat", str(args.repeat)]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            sys.exit(proc.stderr[-4000:])
+        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        print(json.dumps(rows[-1]), flush=True)
+    energies = {r["energy"] for r in rows}
+    spread = max(energies) - min(energies)
+    print(_table(rows))
+    print(f"energy spread across device counts: {spread:.2e}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
