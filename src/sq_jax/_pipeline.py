@@ -21,6 +21,7 @@ from .forest.build import build_forest
 from .forest.nodes import Forest
 from .lower.instructions import lower_schedule
 from .lower.program import Program, make_program
+from .lower.shard import make_shard_plan
 from .plan.batch import BatchPlan
 from .plan.budget import plan_for_budget
 from .schedule import schedule_forest
@@ -51,6 +52,8 @@ def compile(
     remat: bool = False,
     mode_order: Sequence[str] = (),
     memory_budget: int | str | None = None,
+    mesh: Any = None,
+    devices: Sequence[Any] | None = None,
 ) -> Program:
     """Compile equations into one jit-compiled, differentiable, memory-bounded program.
 
@@ -65,6 +68,10 @@ def compile(
             results (inputs excluded): the batch plan that fits it with the fewest FLOPs
             is chosen (:func:`~sq_jax.plan.budget.plan_for_budget`). Exclusive with
             ``batch``.
+        mesh: a one-axis ``jax.sharding.Mesh``: the batches of the outermost loop of
+            each nest are split over its devices (``docs/sharding.md``); inputs and
+            results are replicated. ``None``: one device.
+        devices: a list of devices to build that 1-D mesh from (exclusive with ``mesh``).
 
     Returns:
         The :class:`~sq_jax.lower.program.Program`; call it with a dict of inputs.
@@ -73,7 +80,7 @@ def compile(
         ParseError: bad equation text.
         ExpressionError: invalid tensor equations.
         PlanError: a batch plan that names unknown spaces or bad counts, or both
-            ``batch`` and ``memory_budget`` given.
+            ``batch`` and ``memory_budget`` given, or a bad ``mesh``/``devices``.
         MemoryBudgetError: no plan fits ``memory_budget`` (the message gives the
             smallest feasible budget and the value that dominates the peak).
         ScheduleError: the batching cannot be expressed (the message names the value).
@@ -87,9 +94,10 @@ def compile(
           loop i#0 (i_1) depth 1 pass 0 Contracted x2
             output Sum v2 [] = (f{i_1;a_1} * t{a_1;i_1})
     """
+    shard = make_shard_plan(mesh, devices)  # validate the mesh before any work
     eqs = parse(equations, spaces=spaces) if isinstance(equations, str) else tuple(equations)
     forest = build_forest(eqs, spaces)  # binarize + fold common subexpressions
     plan = _plan(batch, memory_budget, forest)  # the user's batching, or one fitting the budget
     scheduled = schedule_forest(forest, plan, mode_order=mode_order)  # annotate + schedule
     lowered = lower_schedule(scheduled)  # must follow the schedule: reads its block tree
-    return make_program(scheduled, lowered, remat=remat)  # one jax.jit around it all
+    return make_program(scheduled, lowered, remat=remat, shard=shard)  # one jax.jit around it all

@@ -28,7 +28,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +37,9 @@ from jax import lax
 from ..forest.reference import _scalar_value
 from ..schedule.rich import LoopId
 from .instructions import Combine, Contract, Instr, Loop, LoweredProgram, Read
+
+if TYPE_CHECKING:
+    from .shard import ShardPlan
 
 __all__ = ["run_lowered"]
 
@@ -80,8 +83,13 @@ def _run_body(
     blocks: Mapping[str, Any],
     dtype: Any,
     remat: bool,
+    vary: Any = None,
 ) -> None:
-    """Run ``body`` in order, storing each produced value in ``env``."""
+    """Run ``body`` in order, storing each produced value in ``env``.
+
+    ``vary`` (``None`` outside ``shard_map``) retypes a loop carry as varying across the
+    mesh axis, so nested loops type-check inside :mod:`sq_jax.lower.shard`.
+    """
     for ins in body:
         if isinstance(ins, Contract):
             ops = [_read(r, env, ctx, blocks, dtype) for r in ins.operands]
@@ -98,7 +106,7 @@ def _run_body(
                 terms.append(x if c == 1.0 else c * x)
             env[ins.value_id] = terms[0] + terms[1]
         else:
-            env.update(_run_loop(ins, env, ctx, blocks, dtype, remat))
+            env.update(_run_loop(ins, env, ctx, blocks, dtype, remat, vary))
 
 
 def _merge(stacked: Any, position: int) -> Any:
@@ -116,6 +124,7 @@ def _run_loop(
     blocks: Mapping[str, Any],
     dtype: Any,
     remat: bool,
+    vary: Any = None,
 ) -> dict[int, Any]:
     """One scope block: a loop over the batches of ``loop.loop``.
 
@@ -144,12 +153,13 @@ def _run_loop(
     def batch(start: Any, valid_from: Any, size: int) -> tuple[tuple[Any, ...], ...]:
         local = dict(env)
         inner = {**ctx, loop.loop: (start, size, valid_from)}
-        _run_body(loop.body, local, inner, blocks, dtype, remat)
-        return (
+        _run_body(loop.body, local, inner, blocks, dtype, remat, vary)
+        outs = (
             tuple(local[v] for v in sums),
             tuple(local[v] for v in carries),
             tuple(local[v] for v, _ in scatters),
         )
+        return outs if vary is None else jax.tree.map(vary, outs)
 
     run = jax.checkpoint(batch, static_argnums=(2,)) if remat else batch
     overlap = loop.remainder > 0 and not loop.peel
@@ -166,6 +176,8 @@ def _run_loop(
         tuple(jnp.zeros(_shape(d, full_ctx), dtype) for _, d in loop.sums),
         tuple(jnp.zeros(_shape(d, full_ctx), dtype) for _, d in loop.carries),
     )
+    if vary is not None:
+        init = jax.tree.map(vary, init)
     if not scatters:
 
         def fori_body(k: Any, carry: Any) -> Any:
@@ -205,7 +217,11 @@ def _run_loop(
 
 
 def run_lowered(
-    lowered: LoweredProgram, blocks: Mapping[str, Any], *, remat: bool = False
+    lowered: LoweredProgram,
+    blocks: Mapping[str, Any],
+    *,
+    remat: bool = False,
+    shard: ShardPlan | None = None,
 ) -> dict[str, Any]:
     """Evaluate an instruction tree on input blocks (traceable; jit it around this).
 
@@ -214,6 +230,8 @@ def run_lowered(
         blocks: one array per input block key (and scalar variable), as returned by
             :func:`sq_jax.forest.inputs.bind_inputs`.
         remat: wrap every loop body in ``jax.checkpoint``.
+        shard: distribute the batches of every root loop over this plan's device mesh
+            (:mod:`sq_jax.lower.shard`); ``None`` runs everything on one device.
 
     Returns:
         One array per equation, modes in the order of its left-hand side.
@@ -232,7 +250,12 @@ def run_lowered(
     dtype = jnp.result_type(*arrays, float) if arrays else jnp.result_type(float)
     cast = {k: jnp.asarray(x, dtype) for k, x in blocks.items()}
     env: dict[int, Any] = {}
-    _run_body(lowered.body, env, {}, cast, dtype, remat)
+    if shard is None:
+        _run_body(lowered.body, env, {}, cast, dtype, remat)
+    else:
+        from .shard import run_sharded_body  # shard builds on this module's helpers
+
+        run_sharded_body(shard, lowered.body, env, cast, dtype, remat)
     out: dict[str, Any] = {}
     for res in lowered.results:
         x = _read(res.read, env, {}, cast, dtype)

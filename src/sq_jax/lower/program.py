@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
@@ -32,16 +32,23 @@ from ..schedule import ScheduledForest
 from .instructions import Combine, Contract, Instr, Loop, LoweredProgram
 from .interpret import run_lowered
 
+if TYPE_CHECKING:
+    from .shard import ShardPlan
+
 __all__ = ["Program", "make_program", "static_flops"]
 
 
 def _evaluate(
-    lowered: LoweredProgram, forest: Forest, remat: bool, inputs: Mapping[str, Any]
+    lowered: LoweredProgram,
+    forest: Forest,
+    remat: bool,
+    inputs: Mapping[str, Any],
+    shard: ShardPlan | None = None,
 ) -> dict[str, Any]:
     import jax.numpy as jnp
 
     blocks = bind_inputs(forest, inputs, xp=jnp)
-    return run_lowered(lowered, blocks, remat=remat)
+    return run_lowered(lowered, blocks, remat=remat, shard=shard)
 
 
 class Program(eqx.Module):
@@ -63,6 +70,11 @@ class Program(eqx.Module):
     """Static peak of the intermediates (inputs excluded), from the schedule."""
     jitted: Any = eqx.field(static=True)
     """The ``jax.jit``-compiled function of the inputs dict."""
+    mesh: Any = eqx.field(static=True, default=None)
+    """The 1-D ``jax.sharding.Mesh`` the outermost loops are split over, or ``None``."""
+    peak_bytes_per_device: int = eqx.field(static=True, default=0)
+    """Static peak per device (``peak_bytes`` without a mesh; see
+    :func:`sq_jax.lower.shard.peak_bytes_per_device`)."""
 
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, jax.Array]:
         """Evaluate the equations.
@@ -77,15 +89,24 @@ class Program(eqx.Module):
         Raises:
             InputError: a missing, unknown, mis-shaped or non-numeric input.
         """
-        return self.jitted(_check_inputs(inputs))
+        return self.jitted(self._place(_check_inputs(inputs)))
+
+    def _place(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """With a mesh: every input replicated on its devices (a no-op when already so)."""
+        if self.mesh is None:
+            return inputs
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        return jax.device_put(inputs, NamedSharding(self.mesh, PartitionSpec()))
 
     def memory_analysis(self, inputs: Mapping[str, Any]) -> Any:
         """XLA's memory figures of the compiled program for these inputs' shapes.
 
         Returns the object of ``jax.jit(f).lower(inputs).compile().memory_analysis()``
         (``temp_size_in_bytes``, ``argument_size_in_bytes``, ``output_size_in_bytes`` …).
+        With a mesh, the figures are per device.
         """
-        return self.jitted.lower(_check_inputs(inputs)).compile().memory_analysis()
+        return self.jitted.lower(self._place(_check_inputs(inputs))).compile().memory_analysis()
 
     def plot_peak_profile(self, path: Any = None, **options: Any) -> Any:
         """Plot the static peak profile (see :func:`sq_jax.viz.plot_peak_profile`).
@@ -115,7 +136,7 @@ class Program(eqx.Module):
 
     def make_jaxpr(self, inputs: Mapping[str, Any]) -> Any:
         """The closed jaxpr of the program for these inputs (for inspection and tests)."""
-        return jax.make_jaxpr(self.jitted)(_check_inputs(inputs))
+        return jax.make_jaxpr(self.jitted)(self._place(_check_inputs(inputs)))
 
 
 def _check_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -184,8 +205,17 @@ def static_flops(sf: ScheduledForest, lowered: LoweredProgram) -> int:
     return total
 
 
-def make_program(sf: ScheduledForest, lowered: LoweredProgram, *, remat: bool = False) -> Program:
+def make_program(
+    sf: ScheduledForest,
+    lowered: LoweredProgram,
+    *,
+    remat: bool = False,
+    shard: ShardPlan | None = None,
+) -> Program:
     """Wrap a lowered schedule into a :class:`Program` (one ``jax.jit``).
+
+    With ``shard`` (:func:`sq_jax.lower.shard.make_shard_plan`), the root loops are
+    split over its mesh and inputs and results are replicated on every device.
 
     Example:
         >>> import sq_jax as sq
@@ -199,7 +229,15 @@ def make_program(sf: ScheduledForest, lowered: LoweredProgram, *, remat: bool = 
         >>> float(prog({"f{i;i}": np.eye(3)})["E"])
         3.0
     """
-    fn = jax.jit(partial(_evaluate, lowered, sf.annotated.forest, remat))
+    run = partial(_evaluate, lowered, sf.annotated.forest, remat)
+    if shard is None:
+        fn, per_device = jax.jit(run), sf.peak.peak_bytes
+    else:
+        from .shard import peak_bytes_per_device
+
+        rep = shard.replicated()
+        fn = jax.jit(partial(run, shard=shard), in_shardings=(rep,), out_shardings=rep)
+        per_device = peak_bytes_per_device(sf, lowered, shard.size)
     return Program(
         schedule=sf,
         lowered=lowered,
@@ -207,4 +245,6 @@ def make_program(sf: ScheduledForest, lowered: LoweredProgram, *, remat: bool = 
         flops=static_flops(sf, lowered),
         peak_bytes=sf.peak.peak_bytes,
         jitted=fn,
+        mesh=None if shard is None else shard.mesh,
+        peak_bytes_per_device=per_device,
     )

@@ -1,0 +1,353 @@
+"""Scale-out: the outermost batch loop of each nest runs across a 1-D device mesh.
+
+:func:`make_shard_plan` turns ``compile(..., mesh=)`` (or ``devices=``) into a
+:class:`ShardPlan`; :func:`run_sharded_body` is what :func:`~sq_jax.lower.interpret.
+run_lowered` runs at the root of the instruction tree when a plan is given. Every root
+:class:`~sq_jax.lower.instructions.Loop` (the outermost loop of a nest) becomes one
+``jax.shard_map`` inside the program's one ``jax.jit``; everything else is replicated.
+Per loop of ``n`` batches on ``D`` devices, device ``d`` runs batches ``d*m .. d*m+m-1``
+with ``m = ceil(n / D)``; it is equivalent to::
+
+    acc = {v: 0 for v in sums}; pieces = {v: [] for v in scatters}
+    for d in devices:                          # in parallel, one lax.scan each
+        for k in range(d * m, d * m + m):
+            if k < n:                          # else: a masked no-op batch (lax.cond)
+                local = run(body, batch=k)
+                acc_d[v] += local[v]; pieces_d[v].append(local[v])
+    acc = psum(acc_d)                          # Sum escapes: reduced across devices
+    pieces = concatenate(pieces_d)[:n]         # Scatter escapes: sharded, then gathered
+
+Why masked no-op batches and not unequal trip counts: a trip count that depends on the
+device index turns the loop into a ``while_loop``, which reverse mode cannot
+differentiate. The batch *index range* is padded to ``D*m``; the padded indices on the
+last devices take the no-op branch of a ``lax.cond`` and compute nothing. Input arrays
+are never padded. When the block size does not divide the extent, the distributed loop
+always uses the overlapping last batch (starts at ``extent - block``, overlap masked or
+dropped) so every batch has one shape.
+
+What stays replicated: every input tensor (each device holds a full copy), every value
+computed outside the distributed loops, and the results (Sum escapes after ``psum``,
+Scatter escapes after the gather). Only the batches of the outermost loops are split.
+
+References: JAX's ``shard_map`` (jax:jax/_src/shard_map.py) and its notes on varying
+manual axes. Known limitations: memory does not shrink with more devices except for the
+stacked Scatter pieces (inputs and results are replicated); only the root loops are
+distributed, so a schedule whose root has no loop runs replicated on every device.
+
+Example:
+    >>> import jax, numpy as np, sq_jax as sq
+    >>> prog = sq.compile(
+    ...     "E = f{i1;a1} t{a1;i1}", sq.Spaces(i=2, a=5), batch={"a": 2}, devices=jax.devices()[:1]
+    ... )
+    >>> float(prog({"f{i;a}": np.ones((2, 5)), "t{a;i}": np.ones((5, 2))})["E"])
+    10.0
+    >>> prog.mesh.shape["batch"], prog.peak_bytes_per_device
+    (1, 8)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from .._errors import PlanError
+from ..schedule import ScheduledForest
+from ..schedule.peak import PeakCell, PeakSchedule, dag_path, peak_profile_sweep
+from .instructions import Instr, Loop, LoweredProgram
+from .interpret import _merge, _run_body, _shape
+
+__all__ = [
+    "ShardPlan",
+    "make_shard_plan",
+    "peak_bytes_per_device",
+    "run_sharded_body",
+    "xla_bytes_per_device",
+]
+
+AXIS = "batch"
+"""Name of the mesh axis built from ``devices=``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShardPlan:
+    """Where the outermost loops run: a 1-D mesh and its axis name."""
+
+    mesh: Mesh
+    """The mesh (one axis)."""
+    axis: str
+    """Its axis name; batches are split along it."""
+
+    @property
+    def size(self) -> int:
+        """Number of devices."""
+        return int(self.mesh.shape[self.axis])
+
+    def replicated(self) -> NamedSharding:
+        """The sharding of a value held whole on every device."""
+        return NamedSharding(self.mesh, PartitionSpec())
+
+    def split(self, num_batches: int) -> int:
+        """Batches each device runs (``ceil(num_batches / size)``, padded indices masked).
+
+        Example:
+            >>> ShardPlan(Mesh(np.array(jax.devices()[:1]), ("b",)), "b").split(5)
+            5
+        """
+        return -(-num_batches // self.size)
+
+
+def make_shard_plan(
+    mesh: Mesh | None = None, devices: Sequence[Any] | None = None
+) -> ShardPlan | None:
+    """Validate ``mesh=``/``devices=`` of :func:`sq_jax.compile` into a plan (or ``None``).
+
+    Args:
+        mesh: a ``jax.sharding.Mesh`` with exactly one axis.
+        devices: a non-empty sequence of distinct devices; a 1-D mesh with axis
+            ``"batch"`` is built over them.
+
+    Returns:
+        The plan, or ``None`` when neither is given (single-device program).
+
+    Raises:
+        PlanError: both given, a mesh with other than one axis, or bad devices.
+
+    Example:
+        >>> plan = make_shard_plan(devices=jax.devices()[:1])
+        >>> plan.axis, plan.size
+        ('batch', 1)
+        >>> make_shard_plan() is None
+        True
+    """
+    if mesh is not None and devices is not None:
+        raise PlanError(
+            "got both mesh= and devices=; pass one: devices=[...] builds a 1-D mesh, "
+            "mesh= uses yours."
+        )
+    if devices is not None:
+        devs = list(devices)
+        if not devs or len(set(devs)) != len(devs):
+            raise PlanError(
+                f"devices= must be a non-empty list of distinct devices, got {devs!r}; "
+                "pass e.g. devices=jax.devices()."
+            )
+        mesh = Mesh(np.array(devs, dtype=object), (AXIS,))
+    if mesh is None:
+        return None
+    if not isinstance(mesh, Mesh):
+        raise PlanError(
+            f"mesh= must be a jax.sharding.Mesh, got {type(mesh).__name__}; build one with "
+            "jax.make_mesh((n,), ('batch',)) or pass devices=[...]."
+        )
+    if len(mesh.axis_names) != 1:
+        raise PlanError(
+            f"mesh= must have exactly one axis, got axes {tuple(mesh.axis_names)!r} "
+            f"(shape {dict(mesh.shape)}); the outermost batch loop is split along one axis."
+        )
+    return ShardPlan(mesh, str(mesh.axis_names[0]))
+
+
+# -- tracing -------------------------------------------------------------------------------
+
+
+def _varying(x: Any, axis: str) -> Any:
+    """``x`` typed as varying across ``axis`` (no data movement)."""
+    aval = jax.typeof(x)
+    vma = getattr(aval, "vma", None)
+    if vma is None:
+        vma = aval.mat.varying
+    return x if axis in vma else lax.pcast(x, axis, to="varying")
+
+
+def _run_distributed(
+    plan: ShardPlan,
+    loop: Loop,
+    env: Mapping[int, Any],
+    blocks: Mapping[str, Any],
+    dtype: Any,
+    remat: bool,
+) -> dict[int, Any]:
+    """One root loop under ``shard_map`` (module docstring for its Python meaning)."""
+    axis = plan.axis
+    block, extent = loop.block, loop.extent
+    n = loop.num_batches
+    m = plan.split(n)
+    overlap = loop.remainder > 0
+    sums = [v for v, _ in loop.sums]
+    carries = [v for v, _ in loop.carries]
+    scatters = [(v, p) for v, p, _ in loop.scatters]
+    full_ctx = {loop.loop: (0, block, None)}
+
+    def per_device(env_in: dict[int, Any], blocks_in: dict[str, Any]) -> Any:
+        # Mark every input varying once, here: its transpose (a psum of the cotangents)
+        # then runs on all devices, never inside one device's branch of the cond below.
+        env_v = {k: _varying(x, axis) for k, x in env_in.items()}
+        blocks_v = {k: _varying(x, axis) for k, x in blocks_in.items()}
+        ks = jnp.arange(m)  # this device's batch slots (int64 under x64, like the loops)
+        device = lax.axis_index(axis).astype(ks.dtype)
+        vary = partial(_varying, axis=axis)
+
+        def batch(start: Any, valid_from: Any) -> tuple[tuple[Any, ...], ...]:
+            local = dict(env_v)
+            ctx = {loop.loop: (start, block, valid_from)}
+            _run_body(loop.body, local, ctx, blocks_v, dtype, remat, vary)
+            outs = (
+                tuple(local[v] for v in sums),
+                tuple(local[v] for v in carries),
+                tuple(local[v] for v, _ in scatters),
+            )
+            return jax.tree.map(lambda x: _varying(x, axis), outs)
+
+        run = jax.checkpoint(batch) if remat else batch
+
+        def at(k: Any) -> tuple[tuple[Any, ...], ...]:
+            if not overlap:
+                return run(k * block, None)
+            start = jnp.minimum(k * block, extent - block)
+            return run(start, k * block - start)
+
+        shapes = jax.eval_shape(at, jax.ShapeDtypeStruct((), ks.dtype))
+
+        def step(carry: Any, j: Any) -> Any:
+            acc, cross = carry
+            k = device * m + j
+
+            def noop() -> Any:
+                zeros = jax.tree.map(lambda s: _varying(jnp.zeros(s.shape, s.dtype), axis), shapes)
+                return zeros[0], cross, zeros[2]
+
+            part, cross, pieces = lax.cond(k < n, lambda: at(k), noop)
+            return (tuple(a + b for a, b in zip(acc, part, strict=True)), cross), pieces
+
+        init = jax.tree.map(
+            lambda x: _varying(x, axis),
+            (
+                tuple(jnp.zeros(_shape(d, full_ctx), dtype) for _, d in loop.sums),
+                tuple(jnp.zeros(_shape(d, full_ctx), dtype) for _, d in loop.carries),
+            ),
+        )
+        (acc, cross), stacked = lax.scan(step, init, ks)
+        # Sum escapes: one all-reduce. Carries are loop-invariant: device 0 (which always
+        # runs batch 0) supplies them. Scatter pieces leave sharded along the batch axis.
+        return lax.psum(acc, axis), tuple(c[None] for c in cross), stacked
+
+    spec = PartitionSpec(axis)
+    acc, cross, stacked = jax.shard_map(
+        per_device,
+        mesh=plan.mesh,
+        in_specs=(PartitionSpec(), PartitionSpec()),
+        out_specs=(PartitionSpec(), spec, spec),
+    )(dict(env), dict(blocks))
+    rep = plan.replicated()
+    out: dict[int, Any] = dict(zip(sums, acc, strict=True))
+    for v, c in zip(carries, cross, strict=True):
+        out[v] = lax.with_sharding_constraint(c[0], rep)  # device 0's copy, to every device
+    for (v, p), y in zip(scatters, stacked, strict=True):
+        y = y[:n]  # drop the padded batch indices
+        if overlap:
+            drop = block - loop.remainder
+            tail = lax.slice_in_dim(y[-1], drop, block, axis=p)
+            full = jnp.concatenate([_merge(y[:-1], p), tail], axis=p)
+        else:
+            full = _merge(y, p)
+        out[v] = lax.with_sharding_constraint(full, rep)  # gathered: whole on every device
+    return out
+
+
+def run_sharded_body(
+    plan: ShardPlan,
+    body: Sequence[Instr],
+    env: dict[int, Any],
+    blocks: Mapping[str, Any],
+    dtype: Any,
+    remat: bool,
+) -> None:
+    """Run the root body: loops distributed over ``plan``'s mesh, the rest replicated.
+
+    Traceable only (call it under ``jax.jit``); stores each produced value in ``env``
+    like :func:`~sq_jax.lower.interpret.run_lowered`'s root body.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> prog = sq.compile("R{a1;i1} = f{a1;i1}", sq.Spaces(i=1, a=3), batch={"a": 2},
+        ...                   devices=jax.devices()[:1])
+        >>> prog({"f{a;i}": np.ones((3, 1))})["R"].ravel().tolist()
+        [1.0, 1.0, 1.0]
+    """
+    for ins in body:
+        if isinstance(ins, Loop):
+            env.update(_run_distributed(plan, ins, env, blocks, dtype, remat))
+        else:
+            _run_body((ins,), env, {}, blocks, dtype, remat)
+
+
+# -- static and XLA memory -----------------------------------------------------------------
+
+
+def peak_bytes_per_device(sf: ScheduledForest, lowered: LoweredProgram, num_devices: int) -> int:
+    """Static per-device peak of the intermediates under the distributed root loops.
+
+    The schedule's peak model (:mod:`sq_jax.schedule.peak`) already charges one batch
+    per loop, which is what each device holds. What changes per device is each Scatter
+    escape of a distributed loop: the device's stacked share of the pieces
+    (``m * block`` of ``extent`` elements, ``m = ceil(n / D)``) is live together with the
+    gathered whole value. Sum escapes keep one accumulator (the all-reduce may reuse it);
+    inputs are excluded as in ``peak_bytes`` (they are replicated: add them once per
+    device).
+
+    Example:
+        >>> import sq_jax as sq
+        >>> prog = sq.compile("R{a1;i1} = f{a1;a2} t{a2;i1}", sq.Spaces(i=2, a=4),
+        ...                   batch={"a": {"batches": 4, "roles": "external"}})
+        >>> prog.peak_bytes, peak_bytes_per_device(prog.schedule, prog.lowered, 2)
+        (64, 96)
+    """
+    share: dict[int, tuple[int, int]] = {}
+    for ins in lowered.body:
+        if isinstance(ins, Loop):
+            m = -(-ins.num_batches // num_devices)
+            for v, _, _ in ins.scatters:
+                share[v] = (m * ins.block, ins.extent)
+    path = dag_path(sf.rich, sf.annotated)
+    cells = tuple(
+        PeakCell(
+            c.value_id,
+            c.home_depth,
+            c.footprint + -(-c.footprint * share[c.value_id][0] // share[c.value_id][1]),
+            c.first_use,
+            c.last_use,
+        )
+        if c.value_id in share
+        else c
+        for c in path.cells
+    )
+    return peak_profile_sweep(PeakSchedule(cells, path.num_points)).peak_bytes
+
+
+def xla_bytes_per_device(memory: Any) -> int:
+    """Bytes XLA reports per device: arguments + outputs + temporaries - aliased.
+
+    Args:
+        memory: ``program.memory_analysis(inputs)`` (a ``CompiledMemoryStats``); for a
+            program compiled with ``mesh=``/``devices=`` its figures are per device.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> prog = sq.compile("E = f{i1;i1}", sq.Spaces(i=3), devices=jax.devices()[:1])
+        >>> xla_bytes_per_device(prog.memory_analysis({"f{i;i}": np.eye(3)})) >= 72
+        True
+    """
+    return int(
+        memory.argument_size_in_bytes
+        + memory.output_size_in_bytes
+        + memory.temp_size_in_bytes
+        - memory.alias_size_in_bytes
+    )

@@ -1,0 +1,257 @@
+"""Sharding: the outermost batch loop split over a 1-D device mesh changes no result.
+
+The main test process has initialised JAX with one CPU device, so the multi-device checks
+run in ONE subprocess with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
+(this file run as a script). It compiles every program once without a mesh and once on
+4 and on 3 devices (outermost batch counts 2, 4, 5 and 6: divisible, not divisible,
+fewer batches than devices, an overlapping remainder batch) and prints a JSON summary
+that the tests below parse:
+
+* the whole corpus (``tests/corpus.py``) as one system, against the single-device program;
+* a spin-orbital CCSD residual (i=4, a=6, random inputs);
+* ``jax.grad`` of a scalar of the sharded program against the single-device gradient
+  (nested loops, Sum and Scatter escapes, a remainder, ``remat``);
+* per-device memory: the static figure and XLA's.
+
+In-process tests cover the 1-device mesh and argument errors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import sq_jax as sq
+from sq_jax import PlanError
+
+RTOL = 1e-12
+DEVICES = (4, 3)
+
+
+def _max_rel(got: dict, want: dict) -> float:
+    """max over outputs of max|got - want| / max(1, max|want|)."""
+    worst = 0.0
+    for name, ref in want.items():
+        ref, val = np.asarray(ref), np.asarray(got[name])
+        if ref.shape != val.shape:
+            return float("inf")
+        scale = max(1.0, float(np.max(np.abs(ref))) if ref.size else 1.0)
+        err = float(np.max(np.abs(val - ref))) if ref.size else 0.0
+        worst = max(worst, err / scale)
+    return worst
+
+
+# -- the subprocess ------------------------------------------------------------------------
+
+
+def _child() -> dict:
+    """All multi-device checks; run with 4 forced host devices."""
+    import time
+
+    import jax.numpy as jnp
+
+    import test_lower
+    from corpus import SPACES
+    from schedule_corpus import random_blocks
+    from sq_jax.cc.equations import load_equations
+    from sq_jax.lower.shard import xla_bytes_per_device
+
+    devices = jax.devices()
+    out: dict = {"device_count": len(devices), "forward": [], "grad": [], "memory": []}
+    cpu: dict[str, float] = {}
+    out["cpu_seconds"] = cpu
+    progs: dict = {}
+
+    def lap(name: str) -> None:
+        cpu[name] = round(time.process_time() - sum(cpu.values()), 1)
+
+    def compare(tag: str, text: str, spaces: sq.Spaces, plan: dict, x: dict) -> None:
+        ref_prog = sq.compile(text, spaces, batch=plan)
+        want = ref_prog(x)
+        progs[tag, 1] = ref_prog
+        for d in DEVICES:
+            prog = progs[tag, d] = sq.compile(text, spaces, batch=plan, devices=devices[:d])
+            roots = [lp.num_batches for lp in prog.lowered.body if hasattr(lp, "body")]
+            out["forward"].append(
+                {
+                    "case": tag,
+                    "devices": d,
+                    "batches": sorted(set(roots)),
+                    "err": _max_rel(prog(x), want),
+                }
+            )
+
+    # the corpus as one system: 4 batches (all roles), 5 (contracted Κ), 2 with remainder
+    forest = sq.build_forest(sq.parse(test_lower.COMBINED, spaces=SPACES), SPACES)
+    x = random_blocks(forest, seed=5)
+    compare("corpus a:4", test_lower.COMBINED, SPACES, {"a": {"block": 1}}, x)
+    compare(
+        "corpus K:5", test_lower.COMBINED, SPACES, {"Κ": {"block": 1, "roles": "contracted"}}, x
+    )
+    lap("corpus")
+
+    # a CCSD residual: 6 batches of the outermost virtual loop, R1 and R2 scattered
+    text = load_equations("ccsd_so")
+    spaces = sq.Spaces(i=4, a=6)
+    rng = np.random.default_rng(7)
+    n = 10
+    cc = {
+        "f": rng.standard_normal((n, n)),
+        "g": rng.standard_normal((n, n, n, n)),
+        "t{a;i}": 0.1 * rng.standard_normal((6, 4)),
+        "t{a,a;i,i}": 0.1 * rng.standard_normal((6, 6, 4, 4)),
+    }
+    compare("ccsd a:6", text, spaces, {"a": {"block": 1, "roles": "external"}}, cc)
+    lap("ccsd")
+
+    # gradients: nested loops (external i outside, contracted a inside), Sum + Scatter
+    gtext = "\n".join(
+        [
+            "E = 1/4 g{i1,i2;a1,a2} t{a1,a2;i1,i2}",
+            "R{a1,a2;i1,i2} = 1/2 g{a1,a2;a3,a4} t{a3,a4;i1,i2}",
+            "S{a1;i1} = f{a1;i1} + g{i2,a1;a2,i1} t{a2;i2}"
+            " - 1/2 g{i2,i3;a2,a3} t{a2,a3;i1,i3} t{a1;i2}",
+        ]
+    )
+    gforest = sq.build_forest(sq.parse(gtext, spaces=SPACES), SPACES)
+    gx = random_blocks(gforest, seed=9)
+    t2 = "t{a,a;i,i}"
+    # i=3 in blocks of 2: 2 batches (fewer than devices), the last one overlapping
+    plan = {"i": {"block": 2, "roles": "external"}, "a": {"block": 3, "roles": "contracted"}}
+
+    def loss(prog, amp):
+        r = prog({**gx, t2: amp})
+        return r["E"] + jnp.sum(r["R"] ** 2) + jnp.sum(jnp.sin(r["S"]))
+
+    ref_prog = sq.compile(gtext, SPACES, batch=plan, remat=True)
+    want = jax.grad(lambda a: loss(ref_prog, a))(gx[t2])
+    for d in DEVICES:
+        prog = sq.compile(gtext, SPACES, batch=plan, remat=True, devices=devices[:d])
+        got = jax.grad(lambda a, p=prog: loss(p, a))(gx[t2])
+        roots = [lp.num_batches for lp in prog.lowered.body if hasattr(lp, "body")]
+        err = _max_rel({"g": got}, {"g": want})
+        out["grad"].append({"devices": d, "batches": sorted(set(roots)), "err": err})
+    lap("grad")
+
+    # memory per device (the CCSD programs above): static model and XLA's figures
+    for d in (1, *DEVICES):
+        prog = progs["ccsd a:6", d]
+        mem = prog.memory_analysis(cc)
+        out["memory"].append(
+            {
+                "devices": d,
+                "static": prog.peak_bytes_per_device,
+                "static_single": prog.peak_bytes,
+                "xla_total": xla_bytes_per_device(mem),
+                "xla_argument": int(mem.argument_size_in_bytes),
+                "input_bytes": sum(np.asarray(v).nbytes for v in cc.values()),
+            }
+        )
+    lap("memory")
+    return out
+
+
+@pytest.fixture(scope="module")
+def summary() -> dict:
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = (
+        env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    ).strip()
+    env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_subprocess_sees_four_devices(summary):
+    assert summary["device_count"] == 4
+
+
+def test_forward_equals_single_device(summary):
+    rows = summary["forward"]
+    assert {r["devices"] for r in rows} == set(DEVICES)
+    assert {b for r in rows for b in r["batches"]} >= {4, 5, 6}
+    bad = [r for r in rows if not r["err"] <= RTOL]
+    assert not bad, bad
+
+
+def test_gradients_equal_single_device(summary):
+    rows = summary["grad"]
+    assert len(rows) == len(DEVICES)
+    assert all(r["batches"] == [2] for r in rows)  # a remainder batch, fewer than devices
+    bad = [r for r in rows if not r["err"] <= RTOL]
+    assert not bad, bad
+
+
+def test_memory_per_device(summary):
+    rows = {r["devices"]: r for r in summary["memory"]}
+    assert set(rows) == {1, *DEVICES}
+    for r in rows.values():
+        # the static model charges at least the single-device peak; XLA holds the
+        # replicated inputs on every device
+        assert r["static"] >= r["static_single"] > 0
+        assert r["xla_argument"] >= r["input_bytes"] > 0
+        assert r["xla_total"] >= r["xla_argument"]
+    assert rows[1]["static"] == rows[1]["static_single"]  # no mesh: the plain peak
+    assert rows[4]["static"] <= rows[3]["static"]
+
+
+# -- in-process (one device) ---------------------------------------------------------------
+
+
+def test_one_device_mesh_equals_plain_program():
+    text = "R{a1;i1} = f{a1;a2} t{a2;i1}\nE = f{i1;a1} t{a1;i1}"
+    spaces = sq.Spaces(i=2, a=5)
+    rng = np.random.default_rng(1)
+    x = {"f": rng.standard_normal((7, 7)), "t{a;i}": rng.standard_normal((5, 2))}
+    plan = {"a": {"block": 2}}
+    want = sq.compile(text, spaces, batch=plan)(x)
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("x",))
+    for prog in (
+        sq.compile(text, spaces, batch=plan, mesh=mesh),
+        sq.compile(text, spaces, batch=plan, devices=jax.devices()[:1]),
+    ):
+        assert prog.mesh is not None and prog.mesh.size == 1
+        assert _max_rel(prog(x), want) <= RTOL
+        assert "shard_map" in str(prog.make_jaxpr(x))
+
+
+def test_plain_program_has_no_mesh():
+    prog = sq.compile("E = f{i1;i1}", sq.Spaces(i=3))
+    assert prog.mesh is None and prog.peak_bytes_per_device == prog.peak_bytes
+
+
+def test_mesh_errors():
+    dev = jax.devices()[:1]
+    with pytest.raises(PlanError, match="both mesh= and devices="):
+        sq.compile(
+            "E = f{i1;i1}",
+            sq.Spaces(i=3),
+            mesh=jax.sharding.Mesh(np.array(dev), ("b",)),
+            devices=dev,
+        )
+    with pytest.raises(PlanError, match="exactly one axis"):
+        mesh2 = jax.sharding.Mesh(np.array(dev).reshape(1, 1), ("x", "y"))
+        sq.compile("E = f{i1;i1}", sq.Spaces(i=3), mesh=mesh2)
+    with pytest.raises(PlanError, match="non-empty list"):
+        sq.compile("E = f{i1;i1}", sq.Spaces(i=3), devices=[])
+    with pytest.raises(PlanError, match=r"must be a jax\.sharding\.Mesh"):
+        sq.compile("E = f{i1;i1}", sq.Spaces(i=3), mesh="cpu:4")
+
+
+if __name__ == "__main__":
+    print(json.dumps(_child()))
