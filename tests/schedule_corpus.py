@@ -4,6 +4,8 @@
   ``sq.build_forest``).
 * hand-built forests (``leaf``/``mul``/``add``) for exact shapes;
 * ``ccsd_like_text`` (48 terms) and ``synthetic_sum_text`` (n terms) for the benchmark;
+* ``cc_forest``/``CC_SETS``/``CC_PLANS``: the shipped CC equation sets and the plans
+  they are swept under;
 * ``random_case(seed)``: a seeded random system of equations and a random plan;
 * ``check_invariants``: the structural invariants every schedule must satisfy;
 * ``run_schedule``: a NumPy interpreter of an ordered schedule with the block semantics
@@ -13,6 +15,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
@@ -21,6 +24,7 @@ from typing import Any
 import numpy as np
 
 import sq_jax as sq
+from sq_jax.cc.equations import load_equations
 from sq_jax.expr.nodes import Index, Tensor
 from sq_jax.forest.canon import leaf_node, product_node, sum_node
 from sq_jax.forest.inputs import block_key, input_specs
@@ -114,12 +118,55 @@ TEXT_CASES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     # Unbatched: a flat schedule.
     "unbatched": ("R{a1;i1} = f{a1;a2} t{a2;i1} + f{i2;i1} t{a1;i2}", {}),
+    # Regression (CCSD R2 under {"a": 4}): the batched sum over a3 is invariant to both
+    # External a loops; it runs outside them. Nesting it inside both put it in the inner
+    # a1 loop, while its reader (carrying a2 only) runs in the outer a2 loop and feeds
+    # the inner loop: a StepCycleError.
+    "hoist_invariant_sum": (
+        "R{a1,a2;i1,i2} = g{i3,i4;i1,a3} t{a3;i2} t{a2;i4} t{a1;i3}",
+        {"a": {"batches": 2, "roles": "both"}},
+    ),
+    # Regression (CCSD R2 under {"a": 4}): (t{a4;i2} g{i3,i4;a3,a4}) is LoopLocal on an a3
+    # loop in both terms; folding the two a3 loops would drag the first term's a3 sum
+    # (invariant to the External loops) inside the a1 loop the second term's a3 loop
+    # needs. The fold is refused (rule 5 of rich.py): two values, no cycle.
+    "fold_keeps_enclosers": (
+        "R{a1,a2;i1,i2} = g{i3,i4;a3,a4} t{a3;i1} t{a4;i2} t{a2;i4} t{a1;i3}"
+        " + g{i3,i4;a3,a4} t{a4;i2} t{a1,a3;i1,i3} t{a2;i4}",
+        {"a": {"batches": 2, "roles": "both"}},
+    ),
 }
 
 
 def text_case(name: str, spaces: sq.Spaces = SPACES) -> tuple[Forest, BatchPlan]:
     text, plan = TEXT_CASES[name]
     return sq.build_forest(sq.parse(text), spaces), BatchPlan.of(plan)
+
+
+# -- the shipped coupled-cluster equation sets ---------------------------------------------
+
+CC_SETS = ("ccsd_so", "ccd_so")
+"""Equation sets swept as a whole (E, R1, R2 together)."""
+
+CC_PLANS: dict[str, dict[str, Any]] = {
+    "a2": {"a": 2},
+    "a4": {"a": 4},
+    "i2": {"i": 2},
+    "a4_i2": {"a": 4, "i": 2},
+    "a3_i3": {"a": 3, "i": 3},
+    "a_contracted": {"a": {"batches": 3, "roles": CON}},
+    "a_external": {"a": {"batches": 3, "roles": EXT}},
+    "i_contracted": {"i": {"batches": 2, "roles": CON}},
+    "i_external": {"i": {"batches": 2, "roles": EXT}},
+}
+"""Batch plans of the sweep (both roles unless a role is named)."""
+
+
+@functools.cache
+def cc_forest(name: str, i: int, a: int) -> Forest:
+    """The eval forest of a shipped equation set at occupied/virtual extents ``i``/``a``."""
+    spaces = sq.Spaces(i=i, a=a)
+    return sq.build_forest(sq.parse(load_equations(name), spaces=spaces), spaces)
 
 
 # -- generated corpora -------------------------------------------------------------------
@@ -365,7 +412,8 @@ def run_schedule(sf: ScheduledForest, blocks: Mapping[str, Any]) -> dict[str, An
     slices a value (or input) on use along every mode its own occurrence is loop-sliced on
     and the value is not yet. ``BuildStep`` computes a value from its first occurrence's
     operands; an output entry combines per-batch pieces (Sum: add; Scatter: write the
-    batch's slice of the mode bound to the block's loop).
+    batch's slice of the mode bound to the block's loop). Per-point and per-value facts
+    are computed once, so deep nests of small batches run quickly.
     """
     rich, ann, sched = sf.rich, sf.annotated, sf.ordered
     owner = rich.point_owner()
@@ -374,36 +422,47 @@ def run_schedule(sf: ScheduledForest, blocks: Mapping[str, Any]) -> dict[str, An
     built = {s.value_id for b in _blocks(sched.root) for s in b.steps if isinstance(s, BuildStep)}
     store: dict[int, tuple[Any, tuple[tuple[str, int] | None, ...]]] = {}
     ctx: dict[tuple[str, int], tuple[int, int]] = {}
+    reads: dict[int, tuple[int, tuple[tuple[int, tuple[str, int]], ...], Any]] = {}
+    plans: dict[int, tuple[Any, ...]] = {}
 
     def read(point: int) -> Any:
-        occ = rec_at[point]
-        v = owner[point]
-        cell = rich.cells[v]
-        if cell.is_leaf:
-            node = cell.node
-            assert node is not None
-            if node.kind is NodeKind.SCALAR:
-                return np.asarray(_scalar_value(np, node.scalar, blocks))
-            arr, sliced = blocks[block_key(node.tensor)], (None,) * len(occ.carried)
+        got = reads.get(point)
+        if got is None:
+            v = owner[point]
+            node = rich.cells[v].node
+            leaf_arr = None
+            if rich.cells[v].is_leaf:
+                assert node is not None
+                if node.kind is NodeKind.SCALAR:
+                    leaf_arr = np.asarray(_scalar_value(np, node.scalar, blocks))
+                else:
+                    leaf_arr = blocks[block_key(node.tensor)]
+            got = reads[point] = (v, rec_at[point].read_slices(), leaf_arr)
+        v, wanted, arr = got
+        if arr is not None:  # an input: never stored sliced
+            if arr.ndim == 0:
+                return arr
+            sliced: tuple[tuple[str, int] | None, ...] = (None,) * arr.ndim
         else:
             arr, sliced = store[v]
-        wanted = dict(occ.read_slices())
-        for p, loop in enumerate(sliced):
-            assert loop is None or wanted.get(p) == loop, f"v{v} is stored sliced by {loop}"
-        for p, loop in wanted.items():
+            want = dict(wanted)
+            for p, loop in enumerate(sliced):
+                assert loop is None or want.get(p) == loop, f"v{v} is stored sliced by {loop}"
+        for p, loop in wanted:
             if sliced[p] is None:
                 lo, hi = ctx[loop]
-                arr = np.take(arr, np.arange(lo, hi), axis=p)
-            else:
-                assert sliced[p] == loop, f"v{v} sliced by {sliced[p]}, read under {loop}"
+                arr = arr[(slice(None),) * p + (slice(lo, hi),)]
         return arr
 
-    def compute(v: int) -> tuple[Any, tuple[tuple[str, int] | None, ...]]:
+    def plan_of(v: int) -> tuple[Any, ...]:
+        got = plans.get(v)
+        if got is not None:
+            return got
         first = rich.cells[v].occurrences[0]
         node = first.node
         assert node is not None
         left, right = rec_at[first.operand_points[0]], rec_at[first.operand_points[1]]
-        a, b = read(left.point), read(right.point)
+        spec = perm_l = perm_r = None
         if node.kind is NodeKind.PRODUCT:
             letters: dict[Index, str] = {}
             for i in left.carried + right.carried + node.indices:
@@ -415,15 +474,27 @@ def run_schedule(sf: ScheduledForest, blocks: Mapping[str, Any]) -> dict[str, An
                 + "->"
                 + "".join(letters[i] for i in node.indices)
             )
-            out = np.einsum(spec, a, b)
         else:
-            a = np.transpose(a, [left.carried.index(i) for i in node.indices]) if a.ndim else a
-            b = np.transpose(b, [right.carried.index(i) for i in node.indices]) if b.ndim else b
-            out = float(node.left_coef) * a + float(node.right_coef) * b
+            perm_l = [left.carried.index(i) for i in node.indices]
+            perm_r = [right.carried.index(i) for i in node.indices]
         sliced = tuple(
             (node.indices[p].space, s) if s >= 0 else None for p, s in enumerate(first.loop_slot)
         )
+        got = plans[v] = (node, left.point, right.point, spec, perm_l, perm_r, sliced)
+        return got
+
+    def compute(v: int) -> tuple[Any, tuple[tuple[str, int] | None, ...]]:
+        node, lp, rp, spec, perm_l, perm_r, sliced = plan_of(v)
+        a, b = read(lp), read(rp)
+        if spec is not None:
+            out = np.einsum(spec, a, b)
+        else:
+            a = np.transpose(a, perm_l) if a.ndim else a
+            b = np.transpose(b, perm_r) if b.ndim else b
+            out = float(node.left_coef) * a + float(node.right_coef) * b
         return out, sliced
+
+    forwarded: dict[int, set[int]] = {}  # id(block) -> values a nested block outputs
 
     def run(block: ScopeBlock) -> None:
         if block.is_root:
@@ -434,13 +505,16 @@ def run_schedule(sf: ScheduledForest, blocks: Mapping[str, Any]) -> dict[str, An
         axis = block.axis
         assert axis is not None
         extent = spaces.extent(loop[0])
+        inner = forwarded.get(id(block))
+        if inner is None:
+            inner = forwarded[id(block)] = {w for b in _blocks(block)[1:] for w, _ in b.outputs}
         acc: dict[int, Any] = {}
         for lo, hi in _ranges(extent, ann.num_batches(axis), ann.block_of(axis)):
             ctx[loop] = (lo, hi)
             for s in block.steps:
                 step(s)
             for v, kind in block.outputs:
-                if v not in built and v not in _inner_outputs(block, v):
+                if v not in built and v not in inner:
                     store[v] = compute(v)  # raw production at the deepest escape site
                 piece, sliced = store[v]
                 if kind is OutputKind.ACCUMULATE_SUM:
@@ -472,7 +546,16 @@ def run_schedule(sf: ScheduledForest, blocks: Mapping[str, Any]) -> dict[str, An
     run(sched.root)
     results = {}
     for root, v in zip(ann.forest.roots, rich.root_values, strict=True):
-        arr, sliced = store[v]
+        node = rich.cells[v].node
+        if rich.cells[v].is_leaf:  # an input as the whole right-hand side
+            assert node is not None
+            if node.kind is NodeKind.SCALAR:
+                arr = np.asarray(_scalar_value(np, node.scalar, blocks))
+            else:
+                arr = blocks[block_key(node.tensor)]
+            sliced = (None,) * arr.ndim
+        else:
+            arr, sliced = store[v]
         assert all(x is None for x in sliced), f"root v{v} left sliced: {sliced}"
         arr = (
             np.transpose(arr, [root.node.indices.index(i) for i in root.indices])
@@ -481,14 +564,6 @@ def run_schedule(sf: ScheduledForest, blocks: Mapping[str, Any]) -> dict[str, An
         )
         results[root.name] = arr * float(root.coef)
     return results
-
-
-def _inner_outputs(block: ScopeBlock, v: int) -> set[int]:
-    """{v} if a block nested in ``block`` lists ``v`` as an output (v is forwarded here)."""
-    for b in _blocks(block)[1:]:
-        if any(w == v for w, _ in b.outputs):
-            return {v}
-    return set()
 
 
 def assert_matches_reference(sf: ScheduledForest, seed: int = 0) -> None:
@@ -517,10 +592,13 @@ def values_named(sf: ScheduledForest, needle: str) -> list[int]:
 
 __all__ = [
     "CCSD_PLAN",
+    "CC_PLANS",
+    "CC_SETS",
     "SPACES",
     "TEXT_CASES",
     "add",
     "assert_matches_reference",
+    "cc_forest",
     "ccsd_like_text",
     "check_invariants",
     "forest_of",

@@ -13,13 +13,17 @@ from hypothesis import strategies as st
 
 import sq_jax as sq
 from schedule_corpus import (
+    CC_PLANS,
+    CC_SETS,
     SPACES,
     TEXT_CASES,
     assert_matches_reference,
+    cc_forest,
     check_invariants,
     forest_of,
     leaf,
     mul,
+    random_blocks,
     random_case,
     run_schedule,
     schedule_text,
@@ -404,6 +408,92 @@ def test_shared_value_inside_and_outside_a_loop():
     sums = [c.value_id for c in sf.rich.cells if not c.is_leaf and c.node.kind is sq.NodeKind.SUM]
     (blk,) = sf.ordered.root.blocks()
     assert len(sums) == 2 and sums[0] in _builds(blk) and sums[1] in _builds(sf.ordered.root)
+
+
+# -- regressions: the CCSD residuals batched over the virtual space -------------------------
+
+
+def _top_blocks(sf: ScheduledForest) -> list[ScopeBlock]:
+    return list(sf.ordered.root.blocks())
+
+
+def test_invariant_sum_runs_outside_the_external_loops():
+    """A batched sum that carries no External mode is not nested in the External loops.
+
+    ``Σ_a3 t{a3;i2} g{i3,i4;i1,a3}`` sits under the root's a1 and a2 loops in the tree but
+    carries neither mode, so no nesting pair ties its a3 loop to them (it used to be
+    nested in both, inside the reader's loop: a StepCycleError).
+    """
+    forest, plan = text_case("hoist_invariant_sum")
+    sf = schedule_forest(forest, plan)
+    check_invariants(sf)
+    assert_matches_reference(sf)
+    kinds = dict(sf.rich.loop_kind)
+    (con,) = [lp for lp, k in kinds.items() if k is LoopKind.CONTRACTED]
+    assert all(inner != con for _, inner, _ in sf.rich.loop_order)
+    top = _top_blocks(sf)
+    assert [b.kind for b in top] == [LoopKind.CONTRACTED, LoopKind.EXTERNAL]
+    assert top[0].loop == con and not top[0].blocks()
+    (inner,) = top[1].blocks()  # the two External loops still nest (one value uses both)
+    assert inner.kind is LoopKind.EXTERNAL and not inner.blocks()
+
+
+def test_fold_refused_when_it_would_change_enclosing_loops():
+    """The shared `(t{a4;i2} g{i3,i4;a3,a4})` becomes two values, one per a3 loop.
+
+    Its a3 loop is free in the first term (whose a3 sum carries no External mode) and
+    inside the a1 loop in the second (whose a3 sum carries a1). Folding the two a3 loops
+    would put the first term's sum inside the a1 loop although its reader runs outside
+    it (rule 5 of rich.py refuses it).
+    """
+    forest, plan = text_case("fold_keeps_enclosers")
+    sf = schedule_forest(forest, plan)
+    check_invariants(sf)
+    assert_matches_reference(sf)
+    shared = [
+        c
+        for c in sf.rich.cells
+        if not c.is_leaf
+        and c.node.kind is sq.NodeKind.PRODUCT
+        and len(c.node.indices) == 4
+        and {ix.space for ix in c.node.indices} == {"i", "a"}
+        and c.node.left.is_leaf
+        and c.node.right.is_leaf
+    ]
+    assert len(shared) == 2 and shared[0].hash == shared[1].hash
+    assert shared[0].key != shared[1].key
+    a3_loops = {o.enclosing_slot(o.carried[-1]) for c in shared for o in c.occurrences}
+    assert len(a3_loops) == 2  # two loop instances, not one
+
+
+@pytest.mark.parametrize("site", ["root", "term"])
+@pytest.mark.parametrize("plan", sorted(CC_PLANS))
+@pytest.mark.parametrize("name", CC_SETS)
+def test_cc_equation_sets_schedule(name, plan, site):
+    """E, R1 and R2 together at realistic extents: schedules, all invariants hold."""
+    forest = cc_forest(name, 10, 38)
+    sf = schedule_forest(forest, BatchPlan.of(CC_PLANS[plan], external_site=site))
+    check_invariants(sf)
+
+
+_DEEP = {"a4_i2", "a3_i3"}  # nested loops over both spaces: tens of thousands of steps
+
+
+@pytest.mark.parametrize(
+    "plan", [pytest.param(p, marks=pytest.mark.slow) if p in _DEEP else p for p in sorted(CC_PLANS)]
+)
+@pytest.mark.parametrize("name", CC_SETS)
+def test_cc_equation_sets_execute(name, plan):
+    """E, R1 and R2 at small extents: the interpreted schedule equals the reference."""
+    forest = cc_forest(name, 4, 6)
+    sf = schedule_forest(forest, BatchPlan.of(CC_PLANS[plan]))
+    check_invariants(sf)
+    blocks = random_blocks(forest, seed=3)
+    got = run_schedule(sf, blocks)
+    want = sq.evaluate_reference(forest, None, blocks)
+    assert set(got) == set(want) and {"E", "R2"} <= set(want)
+    for key, ref in want.items():
+        np.testing.assert_allclose(got[key], ref, rtol=1e-12, atol=1e-12, err_msg=key)
 
 
 # -- golden dumps --------------------------------------------------------------------------

@@ -106,6 +106,40 @@ def test_union_find_refusals():
     assert not loops.try_unite(b, c)  # the forbid survives the union
 
 
+def test_union_find_keeps_enclosing_loops():
+    # rule 5: a fold may not change which loops must enclose a loop
+    i1, k1 = Index("i", 1), Index("Κ", 1)
+    loops = _Loops()
+    outer = loops.add(i1, LoopKind.EXTERNAL, 0)
+    free = loops.add(k1, LoopKind.CONTRACTED, 1)
+    held = loops.add(k1, LoopKind.CONTRACTED, 2)
+    held2 = loops.add(k1, LoopKind.CONTRACTED, 3)
+    loops.require(outer, held)
+    loops.require(outer, held2)
+    assert loops.enclosers(held) == {outer} and loops.enclosers(free) == frozenset()
+    assert not loops.try_unite(free, held) and not loops.try_unite(held, free)
+    assert loops.try_unite(held, held2)  # same enclosers
+    # enclosers are compared as union-find classes: folding the outer loops makes the
+    # loops they hold equal in this respect
+    other = loops.add(i1, LoopKind.EXTERNAL, 4)
+    held3 = loops.add(k1, LoopKind.CONTRACTED, 5)
+    loops.require(other, held3)
+    assert not loops.try_unite(held, held3)
+    assert loops.try_unite(outer, other) and loops.try_unite(held, held3)
+
+
+def test_nesting_pairs_only_for_carried_enclosing_modes():
+    # The a2 sum carries i1 (its i loop encloses it); the a3 sum carries no i mode.
+    sf = schedule_text(
+        "R{i1} = f{i1;a2} t{a2} + g{a3} h{a3} u{i1}",
+        {"i": {"batches": 2, "roles": "external"}, "a": {"batches": 2, "roles": "contracted"}},
+    )
+    kinds = dict(sf.rich.loop_kind)
+    (ext,) = [lp for lp, k in kinds.items() if k is LoopKind.EXTERNAL]
+    inner = {b for a, b, _ in sf.rich.loop_order if a == ext}
+    assert len(inner) == 1 and len([lp for lp in kinds if lp[0] == "a"]) == 2
+
+
 def test_deep_sum_chain_is_iterative():
     term = mul(leaf("f", "a1", "a2"), leaf("t", "a2", "i1"))
     node = term

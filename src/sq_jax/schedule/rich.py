@@ -16,9 +16,12 @@ pass reads. It follows SeQuant's as-built "loops first, values second" design (s
    Loops of different occurrences of one value are *folded* into one instance by a
    conflict-aware union-find, refusing a fold that would (1) slice two positions of one
    occurrence, (2) put a value's reduction loop around a reader of that value,
-   (3) mix ``External`` and ``Contracted``, or (4) merge two loops one of which must
-   enclose the other. Refused folds leave separate instances. Each instance gets a
-   ``loop_slot``, numbered per space in first-seen order.
+   (3) mix ``External`` and ``Contracted``, (4) merge two loops one of which must
+   enclose the other, or (5) merge two loops that must be enclosed by different sets of
+   loops. Refused folds leave separate instances. Each instance gets a
+   ``loop_slot``, numbered per space in first-seen order. A loop *must enclose* another
+   only when the inner loop's opener carries the outer loop's mode: a subtree that does
+   not is invariant to that loop and runs outside it (``loop_order``).
 4. **Values.** A value key combines the node's label-blind key, the slots of its sliced
    positions and batched reductions, and its operands' values. Occurrences with equal
    keys form one :class:`ValueCell`, ids in first-seen (topological) order.
@@ -271,7 +274,17 @@ class _Occ:
 
 @dataclass(slots=True)
 class _Loops:
-    """The conflict-aware union-find over physical loops (opener, mode)."""
+    """The conflict-aware union-find over physical loops (opener, mode).
+
+    Rule 5 (equal enclosers): a fold never changes which loops must enclose a loop. A
+    loop is required inside exactly the enclosing loops its opener depends on
+    (:func:`_nesting_pairs`), so a partial sum invariant to some loop is free to run
+    outside it. Folding it with a loop that must sit inside that loop would drag the sum
+    back in; its reader, which runs outside, would then need the inner loop's result
+    before the inner loop can run the reader's own consumers (a block-order cycle).
+    Because every fold keeps enclosers equal, a later fold of an enclosing loop cannot
+    add enclosers below it either.
+    """
 
     mode: list[Index] = field(default_factory=list)
     kind: list[LoopKind] = field(default_factory=list)
@@ -280,6 +293,7 @@ class _Loops:
     touch: list[dict[int, object]] = field(default_factory=list)  # occ -> position token
     forbid: list[set[int]] = field(default_factory=list)
     inner: list[set[int]] = field(default_factory=list)  # loops this one must enclose
+    outer: list[set[int]] = field(default_factory=list)  # loops that must enclose this one
 
     def add(self, mode: Index, kind: LoopKind, opener: int) -> int:
         n = len(self.parent)
@@ -290,7 +304,13 @@ class _Loops:
         self.touch.append({})
         self.forbid.append(set())
         self.inner.append(set())
+        self.outer.append(set())
         return n
+
+    def require(self, outer: int, inner: int) -> None:
+        """Record that loop ``outer`` must enclose loop ``inner``."""
+        self.inner[outer].add(inner)
+        self.outer[inner].add(outer)
 
     def find(self, x: int) -> int:
         root = x
@@ -313,6 +333,18 @@ class _Loops:
                     stack.append(r)
         return False
 
+    def enclosers(self, root: int) -> frozenset[int]:
+        """Union-find roots of every loop that must enclose ``root``, transitively."""
+        seen: set[int] = set()
+        stack = [root]
+        while stack:
+            for nxt in self.outer[stack.pop()]:
+                r = self.find(nxt)
+                if r not in seen:
+                    seen.add(r)
+                    stack.append(r)
+        return frozenset(seen)
+
     def try_unite(self, a: int, b: int) -> bool:
         ra, rb = self.find(a), self.find(b)
         if ra == rb:
@@ -328,13 +360,17 @@ class _Loops:
             return False  # rule 1: two positions of one occurrence
         if self._reaches(ra, rb) or self._reaches(rb, ra):
             return False  # rule 4: nesting
+        if self.enclosers(ra) != self.enclosers(rb):
+            return False  # rule 5: different enclosing loops (see _Loops docstring)
         if len(self.touch[ra]) < len(self.touch[rb]):
             ra, rb = rb, ra
         self.parent[rb] = ra
         self.touch[ra].update(self.touch[rb])
         self.forbid[ra] |= self.forbid[rb]
         self.inner[ra] |= self.inner[rb]
-        self.touch[rb], self.forbid[rb], self.inner[rb] = {}, set(), set()
+        self.outer[ra] |= self.outer[rb]
+        self.touch[rb], self.forbid[rb] = {}, set()
+        self.inner[rb], self.outer[rb] = set(), set()
         return True
 
 
@@ -442,19 +478,29 @@ def _link(occs: list[_Occ], loops: _Loops) -> None:
                 reader = occs[rec.parent]
                 loops.forbid[lp].update(reader.ectx + reader.own_loops)
         for a, b in _nesting_pairs(rec, loops):
-            loops.inner[a].add(b)
+            loops.require(a, b)
 
 
 def _nesting_pairs(rec: _Occ, loops: _Loops) -> list[tuple[int, int]]:
     """(outer, inner) loop pairs this occurrence requires.
 
-    Every enclosing loop encloses the node's own loops; the node's own loops nest in the
-    order they are listed; enclosing loops of different openers nest as in the tree.
-    Two ``External`` loops impose no order, except enclosing-over-own.
+    An enclosing loop whose mode the node carries encloses the node's own loops and the
+    later enclosing loops of other openers (nesting as in the tree); the node's own
+    loops nest in the order they are listed. Two ``External`` loops impose no order,
+    except enclosing-over-own.
+
+    An enclosing loop whose mode the node does *not* carry requires nothing: no label
+    bound by an enclosing loop may be summed below it (:func:`_check_opens`), so the
+    whole subtree is then invariant to that loop and may run outside it (hoisting). A
+    pair it would add could nest a loop-invariant value inside a loop whose other values
+    read it from outside: a cycle the block order cannot break.
     """
     ext = LoopKind.EXTERNAL
+    carried = set(rec.node.indices)
     pairs = []
     for j, a in enumerate(rec.ectx):
+        if loops.mode[a] not in carried:
+            continue
         for b in rec.ectx[j + 1 :]:
             if loops.opener[a] != loops.opener[b] and not (
                 loops.kind[a] is ext and loops.kind[b] is ext
@@ -471,7 +517,12 @@ def _nesting_pairs(rec: _Occ, loops: _Loops) -> list[tuple[int, int]]:
 
 
 def _fold(occs: list[_Occ], loops: _Loops) -> None:
-    """Try to fold the loops of occurrences that could be one value, in first-seen order."""
+    """Try to fold the loops of occurrences that could be one value, in first-seen order.
+
+    Repeated until no fold succeeds: a fold refused by rule 5 (its loops were enclosed by
+    different loops) may succeed once those enclosing loops are folded, which for an
+    enclosing loop opened higher in the tree happens in a later group.
+    """
     groups: dict[tuple, list[int]] = {}
     for k in sorted(range(len(occs)), key=lambda k: occs[k].point):
         rec = occs[k]
@@ -480,18 +531,25 @@ def _fold(occs: list[_Occ], loops: _Loops) -> None:
         own_pos = tuple(p for p, lp in enumerate(rec.pos_loop) if lp >= 0 and p not in rec.home_pos)
         spaces = tuple(sorted(ix.space for ix, _ in rec.red))
         groups.setdefault((rec.node.key, rec.home_pos, own_pos, spaces), []).append(k)
+    pairs: list[tuple[int, int]] = []
     for members in groups.values():
         rep = occs[members[0]]
         rep_red = sorted(rep.red, key=lambda t: t[0].space)
         for k in members[1:]:
             other = occs[k]
-            for p, lp in enumerate(rep.pos_loop):
-                if lp >= 0:
-                    loops.try_unite(lp, other.pos_loop[p])
-            for (_, a), (_, b) in zip(
-                rep_red, sorted(other.red, key=lambda t: t[0].space), strict=True
-            ):
-                loops.try_unite(a, b)
+            pairs += [(lp, other.pos_loop[p]) for p, lp in enumerate(rep.pos_loop) if lp >= 0]
+            pairs += [
+                (a, b)
+                for (_, a), (_, b) in zip(
+                    rep_red, sorted(other.red, key=lambda t: t[0].space), strict=True
+                )
+            ]
+    changed = True
+    while changed:  # every round that folds something shrinks the number of classes
+        changed = False
+        for a, b in pairs:
+            if loops.find(a) != loops.find(b) and loops.try_unite(a, b):
+                changed = True
 
 
 def _number(occs: list[_Occ], loops: _Loops) -> dict[int, LoopId]:
