@@ -348,6 +348,15 @@ def test_budget_planned_program_matches_the_reference(programs):
             np.testing.assert_allclose(np.asarray(got[name]), want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "issue 6 open: XLA's temp holds transposed/sliced copies of inputs and pre-transpose "
+        "products that the static peak (schedule/peak.py, inputs excluded) does not count; "
+        "measured 2.4-5.6x the budget here, 19.7x on CCSD (bench/results/latest.md). "
+        "Strict: this fails loudly once the model or the lowering closes the gap."
+    ),
+)
 def test_xla_measured_memory_fits_the_budget(programs):
     over = []
     for _, b, plan, _, compiled, _ in programs:
@@ -355,9 +364,4 @@ def test_xla_measured_memory_fits_the_budget(programs):
         measured = ma.temp_size_in_bytes + ma.output_size_in_bytes
         if measured > b:
             over.append(f"{plan}: {measured} B > budget {b} B")
-    if over:
-        # Known gap (reported to the lead): XLA's temp holds transposed and sliced copies
-        # of inputs and pre-transpose products, which the static peak (schedule/peak.py,
-        # inputs excluded) does not count. This turns into a pass when the model (or the
-        # lowering) closes the gap.
-        pytest.xfail("XLA temp+output above the static budget: " + "; ".join(over))
+    assert not over, "XLA temp+output above the static budget: " + "; ".join(over)
