@@ -177,18 +177,7 @@ class Forest:
             >>> [n.kind.name for n in f.occurrences()]
             ['LEAF', 'LEAF', 'PRODUCT']
         """
-        out: list[EvalNode] = []
-        for root in self.roots:
-            stack: list[tuple[EvalNode, bool]] = [(root.node, False)]
-            while stack:
-                node, expanded = stack.pop()
-                if expanded or node.left is None:
-                    out.append(node)
-                    continue
-                stack.append((node, True))
-                stack.append((node.right, False))  # type: ignore[arg-type]
-                stack.append((node.left, False))
-        return tuple(out)
+        return self._post_order(distinct=False)
 
     def distinct(self) -> tuple[EvalNode, ...]:
         """One node per key (its first occurrence), leaves included, post-order.
@@ -200,13 +189,17 @@ class Forest:
             >>> [n.kind.name for n in f.distinct()]
             ['LEAF', 'LEAF', 'PRODUCT']
         """
+        return self._post_order(distinct=True)
+
+    def _post_order(self, *, distinct: bool) -> tuple[EvalNode, ...]:
+        """Every node (or the first node of each key), children first; iterative."""
         seen: set[str] = set()
         out: list[EvalNode] = []
         for root in self.roots:
             stack: list[tuple[EvalNode, bool]] = [(root.node, False)]
             while stack:
                 node, expanded = stack.pop()
-                if node.key in seen:
+                if distinct and node.key in seen:
                     continue  # an equal key has equal children keys: all already listed
                 if expanded or node.left is None:
                     seen.add(node.key)
