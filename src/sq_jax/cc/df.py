@@ -39,7 +39,7 @@ import equinox as eqx
 import numpy as np
 
 from .._errors import InputError
-from .integrals import SpatialIntegrals
+from .integrals import SpatialIntegrals, orbital_denominators
 
 __all__ = ["DFIntegrals", "df_from_spatial", "df_integrals"]
 
@@ -142,9 +142,7 @@ class DFIntegrals(eqx.Module):
             >>> [d.ravel().tolist() for d in dfi.denominators()]
             [[-1.5], [-3.0]]
         """
-        e = np.diag(np.asarray(self.fock))
-        d1 = e[None, : self.nocc] - e[self.nocc :, None]
-        return d1, d1[:, None, :, None] + d1[None, :, None, :]
+        return orbital_denominators(self.fock, self.nocc)
 
     def mp2_amplitudes(self) -> tuple[np.ndarray, np.ndarray]:
         """The usual starting guess t1 = f_ai / D1, t2 = ⟨ab|ij⟩ / D2 (closed shell).

@@ -74,6 +74,26 @@ def _check_square(name: str, array: np.ndarray, rank: int, n: int | None) -> int
     return array.shape[0]
 
 
+def orbital_denominators(fock: Any, nocc: int) -> tuple[np.ndarray, np.ndarray]:
+    """(D1[a, i], D2[a, b, i, j]) = (f_ii − f_aa, f_ii + f_jj − f_aa − f_bb) from the Fock diagonal.
+
+    Args:
+        fock: the Fock matrix, occupied orbitals first.
+        nocc: the number of occupied orbitals.
+
+    Returns:
+        The two arrays, in the layouts of T1[a, i] and T2[a, b, i, j].
+
+    Example:
+        >>> import numpy as np
+        >>> [d.ravel().tolist() for d in orbital_denominators(np.diag([-1.0, 0.5]), 1)]
+        [[-1.5], [-3.0]]
+    """
+    e = np.diag(np.asarray(fock))
+    d1 = e[None, :nocc] - e[nocc:, None]
+    return d1, d1[:, None, :, None] + d1[None, :, None, :]
+
+
 class _Integrals(eqx.Module):
     """Fields and helpers shared by both integral containers."""
 
@@ -115,10 +135,7 @@ class _Integrals(eqx.Module):
             >>> d1.shape, d2.shape, bool((d2 < 0).all())
             ((4, 10), (4, 4, 10, 10), True)
         """
-        e = np.diag(np.asarray(self.fock))
-        d1 = e[None, : self.nocc] - e[self.nocc :, None]
-        d2 = d1[:, None, :, None] + d1[None, :, None, :]
-        return d1, d2
+        return orbital_denominators(self.fock, self.nocc)
 
     def mp2_amplitudes(self) -> tuple[np.ndarray, np.ndarray]:
         """The usual CC starting guess t1 = f_ai / D1, t2 = g_abij / D2.
