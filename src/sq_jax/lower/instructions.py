@@ -33,15 +33,15 @@ Example:
     >>> forest = sq.build_forest(sq.parse("E = f{i1;a1} t{a1;i1}"), sq.Spaces(i=2, a=4))
     >>> print(lower_schedule(schedule_forest(forest, BatchPlan.of({"a": 2}))))
     loop a#0 extent 4 block 2 Contracted
-      v2 = einsum(ab,ba->) f{i;a}[1:a#0] t{a;i}[0:a#0]... sums v2
+      v2 = gemm(ab,ba->) f{i;a}[1:a#0] t{a;i}[0:a#0]... sums v2
     result E = v2
 """
 
 from __future__ import annotations
 
 import string
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Union
 
 from .._errors import LoweringError
@@ -53,6 +53,7 @@ from ..schedule import ScheduledForest
 from ..schedule.errors import expr_text
 from ..schedule.ir import BuildStep, OutputKind, ScopeBlock
 from ..schedule.rich import LoopId, OccurrenceRec
+from .gemm import GemmPlan, plan_gemm
 
 __all__ = [
     "Combine",
@@ -89,6 +90,9 @@ class Read:
     """Per mode: (full extent, loop of the stored batch or ``None``)."""
     slices: tuple[tuple[int, LoopId], ...] = ()
     """``(position, loop)``: cut this mode to the current batch of that loop."""
+    axes: tuple[int, ...] | None = None
+    """Per stored axis, the position of its mode in the node's canonical mode order
+    (``None``: the same order, as for inputs)."""
 
     def __str__(self) -> str:
         head = self.input_key or (f"v{self.value_id}" if self.scalar is None else "scalar")
@@ -99,20 +103,35 @@ class Read:
 
 @dataclass(frozen=True, slots=True)
 class Contract:
-    """A PRODUCT value: ``einsum(spec, left, right)``."""
+    """A PRODUCT value: ``einsum(spec, left, right)``, run as one matrix product.
+
+    ``gemm`` (:mod:`sq_jax.lower.gemm`) says how: which operands are transposed first
+    and how the modes group into matrices; ``spec``'s output is the stored axis order
+    the product comes out in. ``gemm`` is ``None`` for a contraction that is not a
+    plain product (a mode twice on one operand): it runs as ``einsum``.
+    """
 
     value_id: int
     spec: str
-    """The einsum equation over the operands' and result's modes."""
+    """The einsum equation over the operands' stored modes and the result's stored order."""
     operands: tuple[Read, Read]
     dims: tuple[tuple[int, LoopId | None], ...]
-    """The result's layout (per mode: extent and slicing loop)."""
+    """The result's layout (per stored axis: extent and slicing loop)."""
     masks: tuple[tuple[int, int, LoopId], ...] = ()
     """``(operand, position, loop)`` for each mode summed here in batches of ``loop``:
     in an overlapping last batch, elements an earlier batch covered are zeroed there."""
+    gemm: GemmPlan | None = None
+    """The matrix-product plan, or ``None`` (plain ``einsum``)."""
+    axes: tuple[int, ...] = ()
+    """Per stored axis of the result, the position of its mode in the node's order."""
 
     def __str__(self) -> str:
-        return f"v{self.value_id} = einsum({self.spec}) {self.operands[0]} {self.operands[1]}"
+        ops = []
+        perms = self.gemm.perms if self.gemm else (None, None)
+        for r, perm in zip(self.operands, perms, strict=True):
+            ops.append(str(r) if perm is None else f"{r}.T{perm}".replace(" ", ""))
+        how = "einsum" if self.gemm is None else "gemm"
+        return f"v{self.value_id} = {how}({self.spec}) {ops[0]} {ops[1]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +144,8 @@ class Combine:
     """Per operand, the transpose that brings it to the value's mode order."""
     operands: tuple[Read, Read]
     dims: tuple[tuple[int, LoopId | None], ...]
+    axes: tuple[int, ...] = ()
+    """Per stored axis of the result, the position of its mode in the node's order."""
 
     def __str__(self) -> str:
         (a, b), (ca, cb) = self.operands, self.coefs
@@ -267,6 +288,8 @@ class _Walk:
     owner: list[int]
     built: set[int]
     crossing: dict[int, set[int]]  # id(block) -> values crossing it
+    axes: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """Per computed value, its stored axis order (positions in the node's mode order)."""
 
     def name(self, v: int) -> str:
         cell = self.sf.rich.cells[v]
@@ -288,15 +311,24 @@ class _Walk:
         occ: OccurrenceRec,
         state: Mapping[int, tuple[tuple[int, LoopId | None], ...]],
         active: Sequence[LoopId],
-        reader: str,
+        reader: str | Callable[[], str],
     ) -> Read:
         v = self.owner[occ.point]
+        if callable(reader):
+            reader_text = reader
+        else:
+            text = reader
+
+            def reader_text() -> str:
+                return text
+
         cell = self.sf.rich.cells[v]
         node = cell.node
         assert node is not None
         wanted = dict(occ.read_slices())
         if node.kind is NodeKind.SCALAR:
             return Read(v, scalar=node)
+        axes: tuple[int, ...] | None = None
         if cell.is_leaf:
             assert node.tensor is not None
             dims = tuple((self.extent(ix), None) for ix in occ.carried)
@@ -304,30 +336,43 @@ class _Walk:
         else:
             if v not in state:
                 raise LoweringError(
-                    f"{reader} reads {self.name(v)} where it has not been produced; the "
+                    f"{reader_text()} reads {self.name(v)} where it has not been produced; the "
                     "schedule orders a reader before its operand (or reads a value inside "
                     "a loop that only produces it after its steps)."
                 )
-            dims, key = state[v], None
+            dims, key, axes = state[v], None, self.axes.get(v)
+        order = axes if axes is not None else tuple(range(len(dims)))
         slices = []
-        for p, (_, stored) in enumerate(dims):
-            want = wanted.get(p)
+        for k, (_, stored) in enumerate(dims):
+            want = wanted.get(order[k])
             if stored == want:
                 continue
             if stored is not None:
                 raise LoweringError(
-                    f"{reader} reads {self.name(v)} whose mode {p} holds the batch of loop "
-                    f"{stored[0]}#{stored[1]}, but the reader expects "
+                    f"{reader_text()} reads {self.name(v)} whose mode {order[k]} holds the "
+                    f"batch of loop {stored[0]}#{stored[1]}, but the reader expects "
                     + ("the full mode." if want is None else f"loop {want[0]}#{want[1]}.")
                 )
             assert want is not None
             if want not in active:
                 raise LoweringError(
-                    f"{reader} reads {self.name(v)} sliced by loop {want[0]}#{want[1]}, which "
-                    "does not enclose the reader in the schedule."
+                    f"{reader_text()} reads {self.name(v)} sliced by loop {want[0]}#{want[1]}, "
+                    "which does not enclose the reader in the schedule."
                 )
-            slices.append((p, want))
-        return Read(v, key, None, dims, tuple(slices))
+            slices.append((k, want))
+        return Read(v, key, None, dims, tuple(slices), axes)
+
+    @staticmethod
+    def nbytes(read: Read) -> int:
+        """Bytes of an operand at full extents.
+
+        Batch counts must not change the layout choices: the memory-budget planner
+        prices every count with one lowering.
+        """
+        size = 8
+        for extent, _ in read.dims:
+            size *= extent
+        return size
 
     def compute(
         self,
@@ -339,36 +384,57 @@ class _Walk:
         node = first.node
         assert node is not None and len(first.operand_points) == 2
         left, right = (self.rec_at[p] for p in first.operand_points)
-        who = f"the production of {self.name(v)}"
+
+        def who() -> str:  # only formatted for an error message
+            return f"the production of {self.name(v)}"
+
         ops = (self.read(left, state, active, who), self.read(right, state, active, who))
-        dims = self.layout_of(v)
+        labels = tuple(
+            tuple(occ.carried[a] for a in (r.axes or range(len(r.dims))))
+            for occ, r in zip((left, right), ops, strict=True)
+        )
+        out = first.carried
+        node_dims = self.layout_of(v)
         if node.kind is NodeKind.PRODUCT:
-            table = _letters(left.carried, right.carried, node.indices)
-            spec = "{},{}->{}".format(
-                *(
-                    "".join(table[ix] for ix in g)
-                    for g in (left.carried, right.carried, node.indices)
-                )
+            gemm = plan_gemm(
+                labels[0],
+                labels[1],
+                out,
+                (self.nbytes(ops[0]), self.nbytes(ops[1])),
+                (bool(ops[0].slices), bool(ops[1].slices)),
             )
-            return Contract(v, spec, ops, dims, self.masks(first, (left, right), ops))
-        perms = tuple(tuple(occ.carried.index(ix) for ix in node.indices) for occ in (left, right))
+            stored = gemm.output if gemm is not None else tuple(out)
+            axes = tuple(out.index(ix) for ix in stored)
+            table = _letters(labels[0], labels[1], stored)
+            spec = "{},{}->{}".format(
+                *("".join(table[ix] for ix in g) for g in (labels[0], labels[1], stored))
+            )
+            dims = tuple(node_dims[a] for a in axes)
+            self.axes[v] = axes
+            masks = self.masks(first, labels, ops)
+            return Contract(v, spec, ops, dims, masks, gemm, axes)
+        stored = labels[0]  # a sum chain keeps its first term's order all the way up
+        axes = tuple(out.index(ix) for ix in stored)
+        perms = tuple(tuple(lab.index(ix) for ix in stored) for lab in labels)
         coefs = (float(node.left_coef), float(node.right_coef))
-        return Combine(v, coefs, perms, ops, dims)  # type: ignore[arg-type]
+        self.axes[v] = axes
+        dims = tuple(node_dims[a] for a in axes)
+        return Combine(v, coefs, perms, ops, dims, axes)  # type: ignore[arg-type]
 
     def masks(
         self,
         first: OccurrenceRec,
-        occs: tuple[OccurrenceRec, OccurrenceRec],
+        labels: tuple[tuple[Index, ...], tuple[Index, ...]],
         ops: tuple[Read, Read],
     ) -> tuple[tuple[int, int, LoopId], ...]:
         out = []
         for mode, slot in first.reduced_slot:
             loop = (mode.space, slot)
             best: tuple[int, int, int] | None = None
-            for k, (occ, read) in enumerate(zip(occs, ops, strict=True)):
+            for k, (modes, read) in enumerate(zip(labels, ops, strict=True)):
                 cut = {p for p, lp in read.slices if lp == loop}
                 cut |= {p for p, (_, lp) in enumerate(read.dims) if lp == loop}
-                for p, ix in enumerate(occ.carried):
+                for p, ix in enumerate(modes):
                     if ix == mode and p in cut:
                         size = 1
                         for e, _ in read.dims:
@@ -524,7 +590,7 @@ def lower_schedule(sf: ScheduledForest) -> LoweredProgram:
         >>> from sq_jax.schedule import schedule_forest
         >>> forest = sq.build_forest(sq.parse("R{a1;i1} = f{a1;a2} t{a2;i1}"), sq.Spaces(i=2, a=3))
         >>> print(lower_schedule(schedule_forest(forest, BatchPlan())))
-        v2 = einsum(ab,bc->ac) f{a;a} t{a;i}
+        v2 = gemm(ab,bc->ac) f{a;a} t{a;i}
         result R = v2
     """
     rich = sf.rich
@@ -540,7 +606,8 @@ def lower_schedule(sf: ScheduledForest) -> LoweredProgram:
         read = walk.read(occ, state, [], f"result `{root.name}`")
         if any(lp is not None for _, lp in read.dims):
             raise LoweringError(f"result `{root.name}` ({walk.name(v)}) is left sliced.")
-        perm = tuple(root.node.indices.index(ix) for ix in root.indices)
+        stored = tuple(occ.carried[a] for a in (read.axes or range(len(read.dims))))
+        perm = tuple(stored.index(ix) for ix in root.indices)
         results.append(Result(root.name, read, perm, float(root.coef)))
     keys = tuple(
         dict.fromkeys(

@@ -76,6 +76,41 @@ def _mask(x: Any, position: int, size: int, valid_from: Any) -> Any:
     return jnp.where(keep, x, jnp.zeros((), x.dtype))
 
 
+def _product(shape: tuple[int, ...]) -> int:
+    size = 1
+    for n in shape:
+        size *= n
+    return size
+
+
+def _contract(ins: Contract, ops: list[Any]) -> Any:
+    """One contraction: ``dot_general`` on grouped 2-D/3-D views (:mod:`..gemm`)."""
+    plan = ins.gemm
+    if plan is None:
+        return jnp.einsum(ins.spec, *ops, precision=lax.Precision.HIGHEST)
+    ops = [
+        x if perm is None else jnp.transpose(x, perm)
+        for x, perm in zip(ops, plan.perms, strict=True)
+    ]
+    lhs, rhs = (ops[1], ops[0]) if plan.swap else (ops[0], ops[1])
+    nb, nfl, nk, nfr = plan.groups
+    batch = lhs.shape[:nb]
+    if plan.lhs_k_first:
+        kshape, lfree = lhs.shape[nb : nb + nk], lhs.shape[nb + nk :]
+    else:
+        lfree, kshape = lhs.shape[nb : nb + nfl], lhs.shape[nb + nfl :]
+    rfree = rhs.shape[nb + nk :] if plan.rhs_k_first else rhs.shape[nb : nb + nfr]
+    b, k, fl, fr = _product(batch), _product(kshape), _product(lfree), _product(rfree)
+    lead = (b,) if nb else ()
+    lhs = lhs.reshape(lead + ((k, fl) if plan.lhs_k_first else (fl, k)))
+    rhs = rhs.reshape(lead + ((k, fr) if plan.rhs_k_first else (fr, k)))
+    lc = len(lead) + (0 if plan.lhs_k_first else 1)
+    rc = len(lead) + (0 if plan.rhs_k_first else 1)
+    dims = (((lc,), (rc,)), ((0,), (0,)) if nb else ((), ()))
+    out = lax.dot_general(lhs, rhs, dims, precision=lax.Precision.HIGHEST)
+    return out.reshape(batch + lfree + rfree)
+
+
 def _run_body(
     body: tuple[Instr, ...],
     env: dict[int, Any],
@@ -97,11 +132,11 @@ def _run_body(
                 _, size, valid_from = ctx[lp]
                 if valid_from is not None:
                     ops[k] = _mask(ops[k], p, size, valid_from)
-            env[ins.value_id] = jnp.einsum(ins.spec, *ops, precision=lax.Precision.HIGHEST)
+            env[ins.value_id] = _contract(ins, ops)
         elif isinstance(ins, Combine):
             terms = []
-            for r, perm, c in zip(ins.operands, ins.perms, ins.coefs, strict=True):
-                x = _read(r, env, ctx, blocks, dtype)
+            ops = [_read(r, env, ctx, blocks, dtype) for r in ins.operands]
+            for x, perm, c in zip(ops, ins.perms, ins.coefs, strict=True):
                 x = jnp.transpose(x, perm) if perm != tuple(range(len(perm))) else x
                 terms.append(x if c == 1.0 else c * x)
             env[ins.value_id] = terms[0] + terms[1]

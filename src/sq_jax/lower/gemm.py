@@ -1,0 +1,182 @@
+"""How one binary contraction runs as a matrix product, without copying its operands.
+
+XLA on CPU (and cuBLAS on GPU) multiplies matrices; a contraction ``einsum(spec, x, y)``
+becomes one ``dot_general`` on 2-D (or batched 3-D) views of its operands. A view is
+free only when each operand's stored axes come in contiguous groups: the batch
+(Hadamard) modes first, then the free modes and the contracted modes as two blocks in
+either order (``B F K`` or ``B K F``; a transposed matrix costs nothing). Anything else
+makes XLA materialise a transposed copy of the operand first — for the
+``t1 · ⟨ab‖cd⟩`` term of CCSD, a copy of the whole 38⁴ integral block on every call
+(``bench/README.md``, finding 3).
+
+:func:`plan_gemm` chooses, for one contraction, which operand is the left matrix, the
+order of the contracted (and batch) modes, and which operands must be transposed, to
+copy as few bytes as possible. The result comes out as ``B F_left F_right`` — that
+becomes the value's stored axis order (the lowering records it), so the product itself
+is never transposed either.
+
+Example:
+    >>> from sq_jax.expr.nodes import Index
+    >>> a, b, c, d, e = (Index("a", n) for n in range(1, 6))
+    >>> g = plan_gemm((c, d, e, a), (a, b), (b, c, d, e), (8 * 38**4, 8 * 380))
+    >>> g.perms, [str(ix) for ix in g.output]  # no copy, and the node's own mode order
+    ((None, None), ['a_2', 'a_3', 'a_4', 'a_5'])
+    >>> str(g)
+    'gemm de,abcd->eabc [lhs BKF, rhs BFK]'
+"""
+
+from __future__ import annotations
+
+import itertools
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..expr.nodes import Index
+
+__all__ = ["GemmPlan", "plan_gemm"]
+
+
+@dataclass(frozen=True, slots=True)
+class GemmPlan:
+    """One contraction as ``dot_general`` on grouped views of its operands.
+
+    ``operands`` refers to the caller's two operands: ``swap`` says the second is the
+    left matrix. After the optional transposes ``perms`` (per *caller* operand, in
+    caller order), the left matrix is ``B F K`` or ``B K F`` (``lhs_k_first``) and the
+    right one ``B K F`` or ``B F K`` (``rhs_k_first``).
+    """
+
+    swap: bool
+    """Whether the caller's second operand is the left matrix."""
+    perms: tuple[tuple[int, ...] | None, tuple[int, ...] | None]
+    """Per caller operand: the transpose applied before the product, or ``None``."""
+    groups: tuple[int, int, int, int]
+    """``(batch, left free, contracted, right free)`` mode counts."""
+    lhs_k_first: bool
+    rhs_k_first: bool
+    output: tuple[Index, ...]
+    """The product's modes as it comes out: batch, left free, right free."""
+    labels: tuple[tuple[Index, ...], tuple[Index, ...]]
+    """Per caller operand, its modes after the transpose."""
+
+    @property
+    def copies(self) -> int:
+        """Operands transposed before the product (each a copy XLA makes)."""
+        return sum(p is not None for p in self.perms)
+
+    def __str__(self) -> str:
+        table: dict[Index, str] = {}
+        for ix in (*self.labels[0], *self.labels[1]):
+            table.setdefault(ix, string.ascii_letters[len(table) % 52])
+        lhs, rhs = (self.labels[1], self.labels[0]) if self.swap else self.labels
+        text = ",".join("".join(table[ix] for ix in g) for g in (lhs, rhs))
+        text += "->" + "".join(table[ix] for ix in self.output)
+        forms = ("BKF" if self.lhs_k_first else "BFK", "BKF" if self.rhs_k_first else "BFK")
+        return f"gemm {text} [lhs {forms[0]}, rhs {forms[1]}]"
+
+
+def _grouped(labels: Sequence[Index], batch: Sequence[Index], k: Sequence[Index]) -> str | None:
+    """``"FK"``/``"KF"`` when ``labels`` is ``batch`` then free and ``k`` blocks, else None.
+
+    A side with no free or no contracted modes fits both forms (``"FK"`` is returned).
+    """
+    nb = len(batch)
+    if tuple(labels[:nb]) != tuple(batch):
+        return None
+    rest = tuple(labels[nb:])
+    kk = tuple(k)
+    nf = len(rest) - len(kk)
+    if rest[nf:] == kk:
+        return "FK"
+    if rest[: len(kk)] == kk:
+        return "KF"
+    return None
+
+
+def plan_gemm(
+    left: Sequence[Index],
+    right: Sequence[Index],
+    out: Sequence[Index],
+    nbytes: tuple[int, int],
+    sliced: tuple[bool, bool] = (False, False),
+) -> GemmPlan | None:
+    """The cheapest way to run ``einsum(left, right -> out)`` as one matrix product.
+
+    Args:
+        left: the first operand's modes in stored order.
+        right: the second operand's modes in stored order.
+        out: the result's modes (only the set matters: the product's order is chosen).
+        nbytes: each operand's size, to prefer transposing the smaller one.
+        sliced: whether each operand is cut to a batch on use; its slice is a copy
+            anyway, so transposing it too costs nothing extra.
+
+    Returns:
+        The plan, or ``None`` when the contraction is not a plain product (a mode twice
+        on one operand, or a mode summed on one operand only): run it as ``einsum``.
+
+    Example:
+        >>> from sq_jax.expr.nodes import Index
+        >>> i, j, a, b = Index("i", 1), Index("i", 2), Index("a", 1), Index("a", 2)
+        >>> g = plan_gemm((a, i), (b, a, j), (b, i, j), (8, 8))  # K = a is the middle mode
+        >>> g.copies, g.perms
+        (1, (None, (1, 0, 2)))
+    """
+    out_set = set(out)
+    lset, rset = set(left), set(right)
+    if len(lset) != len(left) or len(rset) != len(right):
+        return None
+    if any(ix not in rset and ix not in out_set for ix in left):
+        return None
+    if any(ix not in lset and ix not in out_set for ix in right):
+        return None
+    if any(ix not in lset and ix not in rset for ix in out):
+        return None
+    batch_sets = [ix for ix in left if ix in rset and ix in out_set]
+    k_sets = [ix for ix in left if ix in rset and ix not in out_set]
+    best: tuple[tuple, GemmPlan] | None = None
+    orders_b = dict.fromkeys(tuple(ix for ix in side if ix in batch_sets) for side in (left, right))
+    orders_k = dict.fromkeys(tuple(ix for ix in side if ix in k_sets) for side in (left, right))
+    first_b, first_k = next(iter(orders_b)), next(iter(orders_k))
+    for swap, bo, ko in itertools.product((False, True), orders_b, orders_k):
+        lhs, rhs = (right, left) if swap else (left, right)
+        forms = []
+        perms: list[tuple[int, ...] | None] = []
+        labels = []
+        cost = 0
+        for side, want_k_first, size, cut in (
+            (lhs, False, nbytes[1] if swap else nbytes[0], sliced[1] if swap else sliced[0]),
+            (rhs, True, nbytes[0] if swap else nbytes[1], sliced[0] if swap else sliced[1]),
+        ):
+            form = _grouped(side, bo, ko)
+            free = tuple(ix for ix in side if ix not in batch_sets and ix not in k_sets)
+            if form is None:
+                target = (*bo, *ko, *free) if want_k_first else (*bo, *free, *ko)
+                perms.append(tuple(side.index(ix) for ix in target))
+                labels.append(target)
+                forms.append("KF" if want_k_first else "FK")
+                cost += 0 if cut else size
+            else:
+                perms.append(None)
+                labels.append(tuple(side))
+                forms.append(form)
+        lfree = tuple(ix for ix in labels[0] if ix not in batch_sets and ix not in k_sets)
+        rfree = tuple(ix for ix in labels[1] if ix not in batch_sets and ix not in k_sets)
+        output = (*bo, *lfree, *rfree)
+        copies = sum(p is not None for p in perms)
+        key = (cost, copies, output != tuple(out), swap, bo != first_b, ko != first_k)
+        caller_perms = (perms[1], perms[0]) if swap else (perms[0], perms[1])
+        caller_labels = (labels[1], labels[0]) if swap else (labels[0], labels[1])
+        plan = GemmPlan(
+            swap,
+            caller_perms,  # type: ignore[arg-type]
+            (len(bo), len(lfree), len(ko), len(rfree)),
+            forms[0] == "KF",
+            forms[1] == "KF",
+            output,
+            caller_labels,  # type: ignore[arg-type]
+        )
+        if best is None or key < best[0]:
+            best = (key, plan)
+    assert best is not None
+    return best[1]

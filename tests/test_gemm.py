@@ -1,0 +1,104 @@
+"""Contractions as matrix products (lower/gemm.py) and their interpretation."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sq_jax.expr.nodes import Index
+from sq_jax.lower.gemm import plan_gemm
+from sq_jax.lower.instructions import Contract
+from sq_jax.lower.interpret import _contract
+
+LABELS = [Index("a", n) for n in range(1, 8)]
+
+
+def _run(left, right, out, sizes, nbytes=(1, 1)):
+    """Interpret the plan on random arrays; compare with einsum over the same labels."""
+    plan = plan_gemm(left, right, out, nbytes)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal([sizes[ix] for ix in left])
+    y = rng.standard_normal([sizes[ix] for ix in right])
+    letter = {ix: chr(97 + k) for k, ix in enumerate(LABELS)}
+    spec = lambda g: "".join(letter[ix] for ix in g)  # noqa: E731
+    stored = plan.output if plan is not None else tuple(out)
+    want = np.einsum(f"{spec(left)},{spec(right)}->{spec(stored)}", x, y)
+    ins = Contract(0, f"{spec(left)},{spec(right)}->{spec(stored)}", (None, None), (), (), plan)
+    got = np.asarray(jax.jit(lambda a, b: _contract(ins, [a, b]))(jnp.asarray(x), jnp.asarray(y)))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    return plan
+
+
+@st.composite
+def contractions(draw):
+    """Two operands over up to 6 labels: batch, contracted and free modes, any order."""
+    n = draw(st.integers(1, 6))
+    labels = LABELS[:n]
+    roles = draw(st.lists(st.sampled_from("BKLR"), min_size=n, max_size=n))
+    left = [ix for ix, r in zip(labels, roles, strict=True) if r in "BKL"]
+    right = [ix for ix, r in zip(labels, roles, strict=True) if r in "BKR"]
+    out = [ix for ix, r in zip(labels, roles, strict=True) if r in "BLR"]
+    left = draw(st.permutations(left))
+    right = draw(st.permutations(right))
+    out = draw(st.permutations(out))
+    sizes = {ix: draw(st.integers(1, 3)) for ix in labels}
+    return tuple(left), tuple(right), tuple(out), sizes
+
+
+@settings(max_examples=60, deadline=None)
+@given(contractions())
+def test_every_plan_computes_the_einsum(case):
+    left, right, out, sizes = case
+    plan = _run(left, right, out, sizes)
+    assert plan is not None
+    assert set(plan.output) == set(out)
+
+
+def test_grouped_operands_are_never_copied():
+    a, b, c, d, e, f = LABELS[:6]
+    sizes = dict.fromkeys(LABELS, 2)
+    # t1 . <ab||cd>: the contracted mode is the last of the big operand
+    assert _run((c, d, e, a), (a, b), (b, c, d, e), sizes).copies == 0
+    # ... or the first: a transposed matrix costs nothing
+    assert _run((a, c, d, e), (a, b), (b, c, d, e), sizes).copies == 0
+    # ladder: contracted pair leading on both
+    assert _run((a, b, c, d), (a, b, e, f), (c, d, e, f), sizes).copies == 0
+    # batch (Hadamard) modes first on both
+    assert _run((a, b, c), (a, c, d), (a, b, d), sizes).copies == 0
+
+
+def test_the_smaller_operand_is_the_one_transposed():
+    a, b, c, d = LABELS[:4]
+    sizes = dict.fromkeys(LABELS, 2)
+    # the contracted pair comes in opposite orders: one operand must move
+    plan = _run((c, d, a), (d, c, b), (a, b), sizes, nbytes=(1000, 10))
+    assert plan.perms[0] is None and plan.perms[1] is not None
+    plan = _run((c, d, a), (d, c, b), (a, b), sizes, nbytes=(10, 1000))
+    assert plan.perms[0] is not None and plan.perms[1] is None
+
+
+def test_sliced_operands_are_transposed_for_free():
+    a, b, c, d = LABELS[:4]
+    plan = plan_gemm((c, d, a), (d, c, b), (a, b), (1000, 10), sliced=(True, False))
+    assert plan.perms[0] is not None and plan.perms[1] is None
+
+
+@pytest.mark.parametrize(
+    "left, right, out",
+    [
+        ((0, 0), (0, 1), (1,)),  # a mode twice on one operand
+        ((0, 1), (2,), (2,)),  # modes summed on one operand only
+    ],
+)
+def test_not_a_product_falls_back_to_einsum(left, right, out):
+    lab = lambda g: tuple(LABELS[k] for k in g)  # noqa: E731
+    assert plan_gemm(lab(left), lab(right), lab(out), (1, 1)) is None
+
+
+def test_str_names_the_forms():
+    a, b, c = LABELS[:3]
+    assert str(plan_gemm((a, b), (b, c), (a, c), (1, 1))) == "gemm ab,bc->ac [lhs BFK, rhs BKF]"
