@@ -89,6 +89,7 @@ from jax.flatten_util import ravel_pytree
 
 from .._errors import InputError
 from ..forest.inputs import input_specs
+from ..lower.aot import compiler_options
 from ..lower.program import Program
 from .solvers import CCStatus, antisymmetrize
 
@@ -331,7 +332,7 @@ class ImplicitEnergy:
         key = (stage, *((a.shape, a.dtype, getattr(a, "weak_type", False)) for a in args))
         executable = self._executables.get(key)
         if executable is None:
-            executable = self._executables[key] = fn.lower(*args).compile()
+            executable = self._executables[key] = fn.lower(*args).compile(compiler_options())
         return executable(*args)
 
     # ---- the differentiable energy -----------------------------------------------------

@@ -51,6 +51,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from .._errors import InputError
+from ..lower.aot import AotJit
 
 __all__ = [
     "CCIteration",
@@ -303,7 +304,7 @@ def solve_diis(
         return energy_fn(unravel(xv))
 
     if jit:
-        update, energy = jax.jit(update), jax.jit(energy)
+        update, energy = AotJit(update), AotJit(energy)
     e_old = float(energy(x))
     vecs: list = []
     errs: list = []
@@ -520,7 +521,7 @@ def solve_newton_krylov(
         return ravel_pytree({k: jnp.asarray(p[k]) for k in sorted(p)})[0]
 
     # unravel() orders keys like ravel_pytree of a dict (sorted), as does flat_residual.
-    @jax.jit
+    @AotJit
     def newton_step(xv, rtol):
         r, jvp = jax.linearize(flat_residual, xv)
 
@@ -540,7 +541,7 @@ def solve_newton_krylov(
         step = precond * flat_project(sol.value)
         return step, jnp.linalg.norm(r), sol.stats["num_steps"]
 
-    energy = jax.jit(lambda xv: energy_fn(unravel(xv)))
+    energy = AotJit(lambda xv: energy_fn(unravel(xv)))
     e_old = float(energy(x))
     history: list[CCIteration] = []
     status = CCStatus.MAX_ITERATIONS

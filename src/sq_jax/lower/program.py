@@ -29,8 +29,10 @@ from ..forest.cost import contraction_flops
 from ..forest.inputs import bind_inputs
 from ..forest.nodes import Forest
 from ..schedule import ScheduledForest
+from .aot import AotJit
 from .instructions import Combine, Contract, Instr, Loop, LoweredProgram
 from .interpret import run_lowered
+from .memory import memory_model
 
 if TYPE_CHECKING:
     from .shard import ShardPlan
@@ -67,9 +69,16 @@ class Program(eqx.Module):
     flops: int = eqx.field(static=True)
     """Static FLOP count, recomputation across batches included (accumulator adds not)."""
     peak_bytes: int = eqx.field(static=True)
-    """Static peak of the intermediates (inputs excluded), from the schedule."""
-    jitted: Any = eqx.field(static=True)
-    """The ``jax.jit``-compiled function of the inputs dict."""
+    """Static peak of the intermediates (inputs excluded), from the schedule's peak
+    profile (SeQuant's model: one footprint per value)."""
+    aot: Any = eqx.field(static=True)
+    """The compiled function of the inputs dict (:class:`sq_jax.lower.aot.AotJit`): at
+    top level compiled ahead of time with sq_jax's XLA options; ``aot.jitted`` is the
+    plain ``jax.jit``."""
+    memory_bytes: int = eqx.field(static=True, default=0)
+    """Predicted XLA temporaries + outputs of the compiled program: the peak of
+    :func:`sq_jax.lower.memory.memory_model` (operand copies, loop buffers, fused sums
+    included; inputs excluded). Compare with :meth:`memory_analysis`."""
     mesh: Any = eqx.field(static=True, default=None)
     """The 1-D ``jax.sharding.Mesh`` the outermost loops are split over, or ``None``."""
     peak_bytes_per_device: int = eqx.field(static=True, default=0)
@@ -89,7 +98,19 @@ class Program(eqx.Module):
         Raises:
             InputError: a missing, unknown, mis-shaped or non-numeric input.
         """
-        return self.jitted(self._place(_check_inputs(inputs)))
+        return self.aot(self._place(_check_inputs(inputs)))
+
+    @property
+    def jitted(self) -> Any:
+        """The plain ``jax.jit`` of the program (for nesting, ``.lower()`` ...)."""
+        return self.aot.jitted
+
+    def compiled(self, inputs: Mapping[str, Any]) -> Any:
+        """The executable for these inputs' shapes (what a top-level call runs).
+
+        Compiled with sq_jax's XLA options; ``.memory_analysis()`` gives XLA's figures.
+        """
+        return self.aot.compiled(self._place(_check_inputs(inputs)))
 
     def _place(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """With a mesh: every input replicated on its devices (a no-op when already so)."""
@@ -106,7 +127,7 @@ class Program(eqx.Module):
         (``temp_size_in_bytes``, ``argument_size_in_bytes``, ``output_size_in_bytes`` …).
         With a mesh, the figures are per device.
         """
-        return self.jitted.lower(self._place(_check_inputs(inputs))).compile().memory_analysis()
+        return self.compiled(inputs).memory_analysis()
 
     def plot_peak_profile(self, path: Any = None, **options: Any) -> Any:
         """Plot the static peak profile (see :func:`sq_jax.viz.plot_peak_profile`).
@@ -231,12 +252,12 @@ def make_program(
     """
     run = partial(_evaluate, lowered, sf.annotated.forest, remat)
     if shard is None:
-        fn, per_device = jax.jit(run), sf.peak.peak_bytes
+        fn, per_device = AotJit(run), sf.peak.peak_bytes
     else:
         from .shard import peak_bytes_per_device
 
         rep = shard.replicated()
-        fn = jax.jit(partial(run, shard=shard), in_shardings=(rep,), out_shardings=rep)
+        fn = AotJit(partial(run, shard=shard), in_shardings=(rep,), out_shardings=rep)
         per_device = peak_bytes_per_device(sf, lowered, shard.size)
     return Program(
         schedule=sf,
@@ -244,7 +265,8 @@ def make_program(
         remat=remat,
         flops=static_flops(sf, lowered),
         peak_bytes=sf.peak.peak_bytes,
-        jitted=fn,
+        memory_bytes=memory_model(lowered).peak({lp.loop[0]: lp.block for lp in lowered.loops()}),
+        aot=fn,
         mesh=None if shard is None else shard.mesh,
         peak_bytes_per_device=per_device,
     )

@@ -1,29 +1,33 @@
-"""The memory-budget planner: the cheapest batch plan whose static peak fits a budget.
+"""The memory-budget planner: the cheapest batch plan whose memory fits a budget.
 
 Users say how much memory they have, not which modes to batch. :func:`plan_for_budget`
 chooses the batched spaces, their roles (external / contracted) and their batch counts
 that minimise the FLOPs of the scheduled program, recomputation included
-(:func:`sq_jax.schedule.cost.schedule_flops`), subject to the static peak
-(:attr:`sq_jax.schedule.peak.PeakProfile.peak_bytes`) fitting the budget — SeQuant's
-"perf-first" objective (``SCHEDULER.md`` §3).
+(:func:`sq_jax.schedule.cost.schedule_flops`), subject to its memory fitting the budget
+— SeQuant's "perf-first" objective (``SCHEDULER.md`` §3).
 
-**What the budget counts.** The static peak of the schedule: every computed value —
-intermediates *and the equations' results* — at 8 bytes per element, with each mode an
-enclosing loop slices at its block size (one representative iteration per loop), live
-from its first to its last use. Inputs (the leaves: integrals, amplitudes) are *not*
-counted. Results are never sliced at their home, so the budget can never drop below the
-largest set of results and intermediates live at once at full size.
+**What the budget counts.** What the compiled program allocates, as XLA's
+``memory_analysis()`` reports it (temporaries + outputs): every intermediate, the
+operand copies XLA makes (slices cut on use, transposes into matrix layout), loop
+accumulators and stacked pieces, the fused sum chains that keep their products alive,
+and the results — predicted by :func:`sq_jax.lower.memory.memory_model` from the
+lowered program — times :data:`XLA_HEADROOM` for XLA's heap packing. The schedule's
+own peak profile (SeQuant's model, one footprint per value) must fit too; it is always
+the smaller of the two in practice. Inputs (integrals, amplitudes) are *not* counted:
+they are the caller's arrays. Results are never sliced at their home, so the budget
+can never drop below the results and what is live with them.
 
 **Search.** A *configuration* is a role choice per space: not batched, external,
 contracted, or both. The schedule's structure (loops, placement, recomputation) depends
 only on the configuration, not on the batch counts, so each configuration is scheduled
-once, and its peak and FLOPs are then exact functions of the counts: the peak is a
-sweep over live values whose footprints are monomials in the block sizes, the FLOPs a
-polynomial in the batch counts (:func:`sq_jax.schedule.cost.flop_terms`). Both are
-monotone in every count (the peak falls, the FLOPs rise), so for every count of all but
-the last batched space on a ladder of distinct block sizes (``ceil(extent / n)``), the
-last space's count is found by bisection, and the whole combination is skipped when its
-cheapest count already costs more than the best plan found. Configurations are visited
+and lowered once, and its memory and FLOPs are then exact functions of the counts: the
+memory is a sweep over live buffers whose sizes are monomials in the block sizes (some
+only present when a block size leaves an uneven last batch), the FLOPs a polynomial in
+the batch counts (:func:`sq_jax.schedule.cost.flop_terms`). The FLOPs rise with every
+count, so for every count of all but the last batched space on a ladder of distinct
+block sizes (``ceil(extent / n)``), the last space's counts are tried from the fewest
+up and the first that fits is kept; a combination is skipped when its cheapest count
+already costs more than the best plan found. Configurations are visited
 by the number of batched roles; once a plan without recomputation is found, levels with
 more batched roles are not visited (they cannot win the tie-break).
 
@@ -36,19 +40,20 @@ References: SeQuant's batched-evaluation digest (§3 of ``SCHEDULER.md``); coten
 slicing search for the idea of pricing recomputation against memory (not its code).
 
 Known limitations: external loops always open at equation roots (``external_site=
-"root"``); the budget is the static model, which ignores XLA's fusion, buffer reuse and
-transposed copies of operands (compare with ``program.memory_analysis``); a
+"root"``); the memory model predicts XLA's live buffers, not its heap fragmentation,
+which grows with the number of loops (a plan with 80 loop instances measured 1.6x its
+live peak) — :data:`XLA_HEADROOM` covers the plans measured in ``tests/``; a
 configuration that the scheduler cannot express (a :class:`~sq_jax.ScheduleError`) is
 left out.
 
 Example:
     >>> import sq_jax as sq
     >>> eqs = sq.parse("E = g{i1,i2;a1,a2} t{a1;i1} t{a2;i2}")
-    >>> forest = sq.build_forest(eqs, sq.Spaces(i=4, a=8))
-    >>> str(plan_for_budget(forest, None))  # no limit: nothing batched (peak 264 bytes)
+    >>> forest = sq.build_forest(eqs, sq.Spaces(i=40, a=80))
+    >>> str(plan_for_budget(forest, None))  # no limit: nothing batched
     'BatchPlan()'
-    >>> str(plan_for_budget(forest, "132 B"))
-    'BatchPlan(a: 3 batches [contracted])'
+    >>> str(plan_for_budget(forest, "300 kB"))  # g is 82 MB; its slices are copies
+    'BatchPlan(i: 20 batches [contracted])'
 """
 
 from __future__ import annotations
@@ -64,16 +69,25 @@ from fractions import Fraction
 import numpy as np
 
 from .._errors import MemoryBudgetError, PlanError, ScheduleError, SqJaxError
+from ..expr.nodes import Index
 from ..forest.nodes import Forest, NodeKind
+from ..lower.instructions import lower_schedule
+from ..lower.memory import memory_model
 from ..schedule import ScheduledForest, schedule_forest
 from ..schedule.cost import flop_terms, schedule_flops
 from ..schedule.errors import expr_text
 from ..schedule.peak import dag_path, peak_profile_sweep
 from .batch import BatchPlan, SpaceBatch
 
-__all__ = ["format_bytes", "parse_bytes", "plan_for_budget"]
+__all__ = ["XLA_HEADROOM", "format_bytes", "parse_bytes", "plan_for_budget", "required_bytes"]
 
 _ITEMSIZE = 8
+
+XLA_HEADROOM = 1.25
+"""The budget must hold the predicted XLA memory times this: XLA packs its buffers into
+one heap with some fragmentation, and its scheduler does not follow our order exactly.
+Measured (``tests/test_memory_model.py``, CCSD/CCD plans): XLA's temporaries + outputs
+were 0.6-1.19x the prediction."""
 
 _UNITS = {
     "": 1,
@@ -186,12 +200,33 @@ class _Model:
     peak_live: np.ndarray  # (G, P): bytes at full block live at each point, per signature
     flop_polynomial: tuple[tuple[tuple[int, ...], int], ...]  # (exponents per space, flops)
     loops: int  # loop blocks in the ordered schedule
+    xla_exponents: np.ndarray  # (M, S): per monomial of the lowered model, powers per space
+    xla_uneven: np.ndarray  # (M,): space index whose uneven last batch it needs, or -1
+    xla_live: np.ndarray  # (M, Q): coefficient of each monomial at each point
+    extents: tuple[int, ...]  # per batched space
 
-    def peak(self, blocks: Sequence[int]) -> int:
+    def static_peak(self, blocks: Sequence[int]) -> int:
+        """The schedule's peak profile (SeQuant's model) at these block sizes."""
         weights = np.prod(np.asarray(blocks, dtype=np.int64) ** self.peak_exponents, axis=1)
         if self.peak_live.shape[1] == 0:
             return 0
         return int(max(0, (weights @ self.peak_live).max()))
+
+    def xla_peak(self, blocks: Sequence[int]) -> int:
+        """The lowered program's predicted XLA temporaries + outputs (lower/memory.py)."""
+        if self.xla_live.shape[1] == 0:
+            return 0
+        b = np.asarray(blocks, dtype=np.int64)
+        weights = np.prod(b**self.xla_exponents, axis=1)
+        # per space: does its block size leave an uneven last batch; index -1 (no
+        # condition) reads the appended True
+        uneven = np.append(np.asarray(self.extents, dtype=np.int64) % b != 0, True)
+        weights = weights * uneven[self.xla_uneven]
+        return int(max(0, (weights @ self.xla_live).max()))
+
+    def peak(self, blocks: Sequence[int]) -> int:
+        """What the budget must hold: the larger of the two models, XLA's with headroom."""
+        return max(self.static_peak(blocks), math.ceil(self.xla_peak(blocks) * XLA_HEADROOM))
 
     def flops(self, counts: Sequence[int]) -> int:
         total = 0
@@ -231,12 +266,21 @@ def _model(sf: ScheduledForest, config: _Config) -> _Model:
     for term in flop_terms(sf):
         exps = tuple(term.recompute.count(s) for s in spaces)
         poly[exps] = poly.get(exps, 0) + term.flops
+    monos, coefs = memory_model(lower_schedule(sf)).totals()
+    xla_exps = np.zeros((len(monos), len(spaces)), dtype=np.int64)
+    for g, (powers, _) in enumerate(monos):
+        for space, k in powers:
+            xla_exps[g, where[space]] = k
     return _Model(
         config,
         np.array(keys, dtype=np.int64).reshape(len(keys), len(spaces)),
         live.reshape(len(keys), npoints),
         tuple(sorted(poly.items())),
         sum(1 for blk, _ in sf.ordered.walk() if not blk.is_root),
+        xla_exps,
+        np.array([where.get(c, -1) if c is not None else -1 for _, c in monos], dtype=np.int64),
+        np.array(coefs, dtype=np.int64).reshape(len(monos), -1),
+        tuple(extent(s) for s in spaces),
     )
 
 
@@ -314,18 +358,17 @@ def _search(
         if best is not None and cheapest.key >= best.key:
             continue  # FLOPs only grow with the last count
         blocks = [b for _, b in head]
-        if model.peak([*blocks, last[-1][1]]) > budget:
-            continue  # even the finest last count does not fit
-        lo, hi = 0, len(last) - 1  # smallest index that fits: peak falls with the index
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if model.peak([*blocks, last[mid][1]]) <= budget:
-                hi = mid
-            else:
-                lo = mid + 1
-        pt = point((*head, last[lo]))
+        # FLOPs grow with the last count, so the first count that fits is this head's
+        # best; the peak is not monotone (an uneven last batch costs extra buffers), so
+        # every count is tried rather than bisected.
+        fits = next(
+            (k for k, (_, b) in enumerate(last) if model.peak([*blocks, b]) <= budget), None
+        )
+        if fits is None:
+            continue
+        pt = point((*head, last[fits]))
         if best is None or pt.key < best.key:
-            best = _Point(pt.key, cfg, pt.counts, model.peak([*blocks, last[lo][1]]), pt.flops)
+            best = _Point(pt.key, cfg, pt.counts, model.peak([*blocks, last[fits][1]]), pt.flops)
     return best
 
 
@@ -334,7 +377,7 @@ def _describe(sf: ScheduledForest, value_id: int) -> str:
     for root, v in zip(sf.annotated.forest.roots, sf.rich.root_values, strict=False):
         if v == value_id:
             modes = ",".join(map(str, root.indices))
-            return f"the result `{root.name}[{modes}]` (results are never batched in memory)"
+            return f"the result `{root.name}[{modes}]`"
     node = sf.rich.cells[value_id].node
     if node is None:
         return f"value v{value_id}"
@@ -345,16 +388,55 @@ def _describe(sf: ScheduledForest, value_id: int) -> str:
     return text if terms == 1 else f"a sum of {terms} terms starting with {text}"
 
 
+def _blocks(sf: ScheduledForest) -> dict[str, int]:
+    ann = sf.annotated
+    return {b.space: ann.block_of(Index(b.space, 1)) for b in ann.plan.spaces}
+
+
+def required_bytes(sf: ScheduledForest) -> int:
+    """The smallest ``memory_budget`` a scheduled forest fits in.
+
+    The larger of the schedule's peak profile and the lowered program's predicted XLA
+    memory (:func:`sq_jax.lower.memory.memory_model`) times :data:`XLA_HEADROOM`.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> from sq_jax.plan import BatchPlan
+        >>> forest = sq.build_forest(sq.parse("R{a1;i1} = f{a1;a2} t{a2;i1}"), sq.Spaces(i=2, a=4))
+        >>> sf = schedule_forest(forest, BatchPlan())
+        >>> sf.peak.peak_bytes, required_bytes(sf)  # 64 B + 64 B of alignment, +25%
+        (64, 160)
+    """
+    xla = memory_model(lower_schedule(sf)).peak(_blocks(sf))
+    return max(sf.peak.peak_bytes, math.ceil(xla * XLA_HEADROOM))
+
+
 def _dominant(sf: ScheduledForest) -> str:
-    """The value with the largest footprint live at the peak's binding point, as text."""
-    cells = dag_path(sf.rich, sf.annotated).cells
-    live = [cells[k] for k in sf.peak.live_at_binding]
-    if not live:
-        return "nothing (the peak is 0 bytes)"
-    top = max(live, key=lambda c: (c.footprint, -c.value_id))
+    """The largest buffer live where the peak binds, as text."""
+    blocks = _blocks(sf)
+    model = memory_model(lower_schedule(sf))
+    xla = math.ceil(model.peak(blocks) * XLA_HEADROOM)
+    if sf.peak.peak_bytes >= xla:  # the schedule's own peak profile binds
+        cells = dag_path(sf.rich, sf.annotated).cells
+        live = [cells[k] for k in sf.peak.live_at_binding]
+        if not live:
+            return "nothing (the peak is 0 bytes)"
+        top = max(live, key=lambda c: (c.footprint, -c.value_id))
+        what = _describe(sf, top.value_id)
+        if top.value_id in sf.rich.root_values:
+            what += " (results are never batched in memory)"
+        return (
+            f"{what}: {format_bytes(top.footprint)} of the "
+            f"{format_bytes(sf.peak.peak_bytes)} live there ({len(live)} value(s))"
+        )
+    at = model.binding(blocks)
+    items = model.items_at(at, blocks)
+    name, size = items[0]
+    match = re.match(r"v(\d+)(.*)", name)
+    what = name if match is None else _describe(sf, int(match.group(1))) + match.group(2)
     return (
-        f"{_describe(sf, top.value_id)}: {format_bytes(top.footprint)} of the "
-        f"{format_bytes(sf.peak.peak_bytes)} live there ({len(live)} value(s))"
+        f"{what}: {format_bytes(size)} of the {format_bytes(model.peak(blocks))} the lowered "
+        f"program holds there ({len(items)} buffer(s), while running {model.labels[at]})"
     )
 
 
@@ -384,7 +466,7 @@ def _infeasible(
     point, sf = floor
     plan = point.config.plan(point.counts)
     sf = _with_counts(sf, plan)
-    need = sf.peak.peak_bytes
+    need = required_bytes(sf)
     fixes = [f"raise the budget to memory_budget>={need} ({format_bytes(need)})"]
     others = [s for s in all_spaces if s not in spaces]
     if others:
@@ -392,10 +474,11 @@ def _infeasible(
     if max_batches is not None:
         fixes.append(f"raise max_batches={max_batches}")
     err = MemoryBudgetError(
-        f"memory_budget={format_bytes(budget)} ({budget} bytes) is below the static peak of "
-        f"every batch plan. The smallest peak found is {format_bytes(need)} ({need} bytes), "
-        f"with {plan}. At its binding point the peak is dominated by {_dominant(sf)}. The "
-        "budget counts intermediates and results at 8 bytes per element, not inputs. "
+        f"memory_budget={format_bytes(budget)} ({budget} bytes) is below the memory of every "
+        f"batch plan. The smallest found is {format_bytes(need)} ({need} bytes), with {plan}. "
+        f"At its peak the largest buffer is {_dominant(sf)}. The budget counts what the "
+        "program allocates (intermediates, operand copies, results, with "
+        f"{XLA_HEADROOM:g}x headroom for XLA's buffer packing), not the inputs. "
         f"Fix: {'; or '.join(fixes)}."
     )
     err.requested = budget  # type: ignore[attr-defined]
@@ -433,14 +516,14 @@ def plan_for_budget(
     Example:
         >>> import sq_jax as sq
         >>> eqs = sq.parse("E = g{i1,i2;a1,a2} t{a1;i1} t{a2;i2}")
-        >>> forest = sq.build_forest(eqs, sq.Spaces(i=4, a=8))
-        >>> str(plan_for_budget(forest, 132, spaces_allowed=["i"]))
-        'BatchPlan(i: 4 batches [contracted])'
+        >>> forest = sq.build_forest(eqs, sq.Spaces(i=40, a=80))
+        >>> str(plan_for_budget(forest, "300 kB", spaces_allowed=["i"]))
+        'BatchPlan(i: 20 batches [contracted])'
         >>> try:
         ...     plan_for_budget(forest, 8)
         ... except sq.MemoryBudgetError as err:
         ...     print(err.smallest_feasible, err.plan)
-        16 BatchPlan(a: 8 batches [contracted]; i: 4 batches [contracted])
+        1910 BatchPlan(a: 80 batches [contracted]; i: 40 batches [contracted])
     """
     if budget is None or (isinstance(budget, float) and math.isinf(budget) and budget > 0):
         return BatchPlan()
@@ -473,19 +556,23 @@ def plan_for_budget(
         scheduled[cfg] = sf
         model = _model(sf, cfg)
         lad = [ladders[s] for s in cfg.spaces]
-        finest = tuple(lad_s[-1] for lad_s in lad)
-        low = model.peak([b for _, b in finest])
-        if floor is None or (low, cfg.rank) < (floor[0].peak, floor[0].config.rank):
-            floor = (_Point((), cfg, tuple(n for n, _ in finest), low, 0), sf)
+        if best is None:  # only needed for the error message
+            low, counts = min(
+                (model.peak([b for _, b in combo]), tuple(n for n, _ in combo))
+                for combo in itertools.product(*lad)
+            )
+            if floor is None or (low, cfg.rank) < (floor[0].peak, floor[0].config.rank):
+                floor = (_Point((), cfg, counts, low, 0), sf)
         best = _search(model, lad, limit, best)
     if best is None:
         raise _infeasible(limit, floor, spaces, _batchable_spaces(forest, None), max_batches)
     plan = best.config.plan(best.counts)
     check = _with_counts(scheduled[best.config], plan)
-    if check.peak.peak_bytes != best.peak or schedule_flops(check) != best.flops:
+    need = required_bytes(check)
+    if need != best.peak or schedule_flops(check) != best.flops:
         raise PlanError(  # a bug in the model, not in the user's input
             f"internal: the planner's model of {plan} predicted peak {best.peak} and "
-            f"{best.flops} FLOPs, the schedule has {check.peak.peak_bytes} and "
-            f"{schedule_flops(check)}. Please report this with the equations."
+            f"{best.flops} FLOPs, the schedule has {need} and {schedule_flops(check)}. "
+            "Please report this with the equations."
         )
     return plan

@@ -1,0 +1,72 @@
+"""Ahead-of-time compilation with sq_jax's XLA options, for top-level calls.
+
+On CPU, XLA's default instruction scheduler favours concurrency: it prepares operands
+(slices, transposes) long before their products and keeps them alive, which measured
+up to 1.6x the memory of the schedule's order on batched CCSD, at no gain in speed. The
+memory-minimising scheduler keeps XLA close to :mod:`sq_jax.lower.memory`'s model.
+XLA options can only be given to a top-level compilation (not to a ``jax.jit`` nested
+in another), so :class:`AotJit` compiles ``jax.jit(fn)`` ahead of time with them when
+called with concrete arrays, once per argument signature, and calls the plain
+``jax.jit(fn)`` when traced (inside another ``jit``, ``grad``, ``vmap`` ...).
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> double = AotJit(lambda x: 2 * x)
+    >>> float(double(jnp.ones(()))), float(jax.jit(double)(jnp.ones(())))
+    (2.0, 2.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = ["AotJit", "compiler_options"]
+
+
+def compiler_options() -> dict[str, str] | None:
+    """XLA options for sq_jax programs on the default backend (``None``: none).
+
+    Example:
+        >>> compiler_options()  # on CPU
+        {'xla_cpu_scheduler_type': 'CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED'}
+    """
+    if jax.default_backend() != "cpu":
+        return None
+    return {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
+
+
+def _signature(leaf: Any) -> tuple:
+    if isinstance(leaf, (bool, int, float, complex)):
+        return (type(leaf),)
+    dtype = getattr(leaf, "dtype", None)
+    dtype = np.asarray(leaf).dtype if dtype is None else dtype
+    return (np.shape(leaf), dtype, getattr(leaf, "weak_type", False))
+
+
+class AotJit:
+    """``jax.jit(fn, **jit_kwargs)``, compiled with :func:`compiler_options` at top level."""
+
+    def __init__(self, fn: Callable[..., Any], **jit_kwargs: Any) -> None:
+        self.jitted = jax.jit(fn, **jit_kwargs)
+        self._executables: dict[tuple, Any] = {}
+
+    def compiled(self, *args: Any) -> Any:
+        """The executable for these arguments' shapes and dtypes (compiled once)."""
+        leaves, tree = jax.tree.flatten(args)
+        key = (tree, *map(_signature, leaves))
+        exe = self._executables.get(key)
+        if exe is None:
+            lowered = self.jitted.lower(*args)
+            exe = self._executables[key] = lowered.compile(compiler_options())
+        return exe
+
+    def __call__(self, *args: Any) -> Any:
+        """Call the ahead-of-time executable, or the plain ``jax.jit`` when traced."""
+        leaves = jax.tree.leaves(args)
+        if compiler_options() is None or any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return self.jitted(*args)
+        return self.compiled(*args)(*args)

@@ -1,0 +1,395 @@
+"""What the compiled program allocates: a static model of XLA's temporaries + outputs.
+
+The schedule's peak profile (:mod:`sq_jax.schedule.peak`) is SeQuant's model: one
+footprint per value, live from its first to its last use. XLA allocates more than that:
+
+* a **sliced operand** (``lax.dynamic_slice`` on use) is a copy of the slice;
+* an operand whose modes do not group into a matrix (:mod:`sq_jax.lower.gemm`) is
+  transposed into a copy before the product;
+* a **loop** holds its accumulators (sum escapes), its carried values and the stacked
+  per-batch pieces of its scatter escapes for its whole duration; moving stacked pieces
+  into place (a scatter along any axis but the first, or an uneven last batch) is
+  another full-size copy;
+* each **result** that is permuted or scaled is a new output buffer.
+
+:func:`memory_model` walks the instruction tree in execution order and charges exactly
+these buffers, every one live from its producing instruction to its last reader (a
+value read inside a loop is live for the whole loop). It is *symbolic*: a buffer's size
+is a monomial in the block sizes of the batched spaces, and buffers that exist only
+when a space's block size does not divide its extent carry that condition — so one
+model prices every batch count of a plan's role choice (the memory-budget planner,
+:mod:`sq_jax.plan.budget`, relies on this). Inputs are not counted: they are the
+caller's arguments.
+
+XLA may do better (it fuses elementwise chains and can reuse an operand's buffer for
+a result) but, in the programs we measured, not worse; ``tests/test_memory_model.py``
+checks the model against ``memory_analysis()``.
+
+Example:
+    >>> import sq_jax as sq
+    >>> spaces = sq.Spaces(i=50, a=400)
+    >>> model = memory_model(sq.compile("R{a1;i1} = f{a1;a2} t{a2;i1}", spaces).lowered)
+    >>> model.peak({})  # the product (8 * 400 * 50 bytes) and its alignment
+    160064
+    >>> prog = sq.compile("R{a1;i1} = f{a1;a2} t{a2;i1}", spaces, batch={"a": 2})
+    >>> model = memory_model(prog.lowered)
+    >>> model.peak({"a": 200}), model.peak({"a": 100})  # priced at any block size
+    (720832, 360832)
+    >>> for name, size in model.items_at(model.binding({"a": 200}), {"a": 200})[:3]:
+    ...     print(size, name)
+    320064 copy of f{a;a}[0:a#0,1:a#1]
+    160064 v2 (stacked batches of loop a#0)
+    80064 copy of t{a;i}[0:a#1]
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ..schedule.rich import LoopId
+from .instructions import Combine, Contract, Instr, Loop, LoweredProgram, Read
+
+__all__ = ["MemoryModel", "Monomial", "memory_model"]
+
+_ITEMSIZE = 8
+
+ALIGNMENT = 64
+"""Bytes charged on top of every buffer: XLA starts each one on a 64-byte boundary."""
+
+LOOP_STATE = 256
+"""Bytes charged for each running loop: its counter, bounds and tuple of state."""
+
+Monomial = tuple[tuple[tuple[str, int], ...], str | None]
+"""``((space, power), ...)`` sorted, and the space whose uneven last batch the buffer
+needs (``None``: always there). Its size is ``coef * prod(block[space] ** power)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryModel:
+    """Live buffers at every point of the program, symbolic in the block sizes."""
+
+    points: tuple[tuple[tuple[str, Counter], ...], ...]
+    """Per point, the live buffers: what each is, and its size as ``{monomial: coef}``."""
+    labels: tuple[str, ...]
+    """Per point, the instruction running there (for messages and plots)."""
+    extents: tuple[tuple[str, int], ...]
+    """Extent of every batched space (to tell an uneven last batch)."""
+
+    def _full(self, blocks: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+        extents = dict(self.extents)
+        return {**extents, **blocks}, extents
+
+    def items_at(self, point: int, blocks: Mapping[str, int]) -> list[tuple[str, int]]:
+        """The live buffers at ``point`` in bytes, largest first."""
+        full, extents = self._full(blocks)
+        items = [
+            (name, sum(c * _value(m, full, extents) for m, c in size.items()))
+            for name, size in self.points[point]
+        ]
+        return sorted((it for it in items if it[1]), key=lambda it: (-it[1], it[0]))
+
+    def bytes_at(self, point: int, blocks: Mapping[str, int]) -> int:
+        """Live bytes at ``point`` with these block sizes (absent spaces: full extent)."""
+        return sum(n for _, n in self.items_at(point, blocks))
+
+    def profile(self, blocks: Mapping[str, int]) -> tuple[int, ...]:
+        """Live bytes at every point."""
+        return tuple(self.bytes_at(p, blocks) for p in range(len(self.points)))
+
+    def peak(self, blocks: Mapping[str, int]) -> int:
+        """The largest live total (0 for an empty program)."""
+        return max(self.profile(blocks), default=0)
+
+    def binding(self, blocks: Mapping[str, int]) -> int:
+        """The first point where the peak is reached."""
+        prof = self.profile(blocks)
+        return prof.index(max(prof)) if prof else 0
+
+    def totals(self) -> tuple[tuple[Monomial, ...], tuple[tuple[int, ...], ...]]:
+        """Monomials and, per monomial, its coefficient at every point (for fast sweeps).
+
+        Example:
+            >>> MemoryModel(((("x", Counter({((("a", 1),), None): 8})),),), ("p",), ()).totals()
+            ((((('a', 1),), None),), ((8,),))
+        """
+        sums: list[Counter] = []
+        for items in self.points:
+            total: Counter = Counter()
+            for _, size in items:
+                total.update(size)
+            sums.append(total)
+        monos = tuple(sorted({m for t in sums for m in t}, key=repr))
+        return monos, tuple(tuple(t.get(m, 0) for t in sums) for m in monos)
+
+
+def _value(mono: Monomial, blocks: Mapping[str, int], extents: Mapping[str, int]) -> int:
+    powers, cond = mono
+    if cond is not None and extents[cond] % blocks[cond] == 0:
+        return 0
+    size = 1
+    for space, k in powers:
+        size *= blocks[space] ** k
+    return size
+
+
+def _size(dims: Iterable[tuple[int, LoopId | None]], cut: Mapping[int, LoopId] = {}) -> Counter:
+    """One buffer's size.
+
+    ``dims`` with sliced modes (stored, or ``cut`` now) at block size, plus
+    :data:`ALIGNMENT` for the padding XLA puts after it.
+    """
+    coef, powers = _ITEMSIZE, Counter()
+    for p, (extent, lp) in enumerate(dims):
+        loop = lp if lp is not None else cut.get(p)
+        if loop is None:
+            coef *= extent
+        else:
+            powers[loop[0]] += 1
+    size = Counter({(tuple(sorted(powers.items())), None): coef})
+    size[((), None)] += ALIGNMENT
+    return size
+
+
+def _read_size(read: Read) -> Counter:
+    return _size(read.dims, dict(read.slices))
+
+
+def _reads(ins: Instr) -> set[int]:
+    """Computed values an instruction reads (a loop: anything inside it reads)."""
+    if isinstance(ins, Loop):
+        out: set[int] = set()
+        for sub in ins.body:
+            out |= _reads(sub)
+        return out
+    return {r.value_id for r in ins.operands if r.input_key is None and r.scalar is None}
+
+
+def _fused_sums(body: Sequence[Instr], readers: Counter, keep: set[int]) -> dict[int, int]:
+    """Sums XLA fuses into the next sum: position -> position of the sum that reads it.
+
+    XLA merges a chain of elementwise sums into one loop fusion (observed on CPU: the 124
+    adds of CCSD's R2 ran as one fusion of 39 operands), so the chain's intermediate sums
+    are never stored, and every product the chain adds is alive until its last add.
+    """
+    at = {ins.value_id: k for k, ins in enumerate(body) if not isinstance(ins, Loop)}
+    out: dict[int, int] = {}
+    for k, ins in enumerate(body):
+        if not isinstance(ins, Combine):
+            continue
+        for r in ins.operands:
+            j = at.get(r.value_id) if r.input_key is None and r.scalar is None else None
+            if (
+                j is not None
+                and j < k
+                and isinstance(body[j], Combine)
+                and readers[r.value_id] == 1
+                and r.value_id not in keep
+            ):
+                out[j] = k
+    for j in sorted(out, reverse=True):  # point every fused sum at its chain's root
+        root = out[j]
+        while root in out:
+            root = out[root]
+        out[j] = root
+    return out
+
+
+_CopyKey = tuple
+"""What an operand copy holds: (source, transpose, slices) — equal keys are one copy."""
+
+
+def _copies(ins: Contract | Combine) -> list[tuple[_CopyKey, Read, Counter]]:
+    """Copies an instruction makes of its operands before it runs."""
+    if isinstance(ins, Combine):
+        return []  # XLA fuses slicing and transposes into the elementwise sum
+    perms = ins.gemm.perms if ins.gemm is not None else (None, None)
+    masked = {k for k, _, _ in ins.masks}
+    out = []
+    for k, (read, perm) in enumerate(zip(ins.operands, perms, strict=True)):
+        if read.scalar is not None:
+            continue
+        if ins.gemm is None or read.slices or perm is not None or k in masked:
+            source = read.input_key if read.input_key is not None else read.value_id
+            key = (source, perm, read.slices, ins.value_id if k in masked else None)
+            out.append((key, read, _read_size(read)))
+    return out
+
+
+def _hoisted(lp: Loop, done: frozenset) -> dict[str, tuple[_CopyKey, Counter]]:
+    """Operand copies inside ``lp`` that do not depend on its batch.
+
+    XLA moves them in front of the loop (while-loop invariant code motion): made once,
+    they stay alive for the whole loop.
+    """
+    out: dict[str, tuple[_CopyKey, Counter]] = {}
+    seen: set[_CopyKey] = set()
+    stack = list(lp.body)
+    while stack:
+        ins = stack.pop()
+        if isinstance(ins, Loop):
+            stack.extend(ins.body)
+            continue
+        for key, read, size in _copies(ins):
+            if key in done or key in seen or key[3] is not None:
+                continue
+            if read.slices or read.input_key is None:
+                continue  # observed: XLA hoists transposed copies of whole inputs only
+            seen.add(key)
+            out[_copy_name(read, key[1]) + f" (made before loop {lp.loop[0]}#{lp.loop[1]})"] = (
+                key,
+                size,
+            )
+    return out
+
+
+_Item = tuple[str, Counter]
+"""One live buffer: what it is (for messages) and its symbolic size."""
+
+
+def _copy_name(read: Read, perm: tuple[int, ...] | None) -> str:
+    what = "transposed copy" if perm is not None else "copy"
+    return f"{what} of {read}"
+
+
+class _Walker:
+    def __init__(self) -> None:
+        self.points: list[tuple[_Item, ...]] = []
+        self.labels: list[str] = []
+
+    def emit(self, items: Sequence[_Item], label: str) -> None:
+        self.points.append(tuple(item for item in items if item[1]))
+        self.labels.append(label)
+
+    @staticmethod
+    def copies(ins: Contract | Combine, done: frozenset) -> list[_Item]:
+        return [
+            (_copy_name(read, key[1]), size) for key, read, size in _copies(ins) if key not in done
+        ]
+
+    def body(
+        self,
+        body: Sequence[Instr],
+        base: list[_Item],
+        keep: set[int],
+        done: frozenset = frozenset(),
+    ) -> None:
+        """Points of one body run on top of ``base``.
+
+        ``keep`` lives to the body's end; the operand copies in ``done`` were made before
+        (hoisted out of a loop).
+        """
+        last: dict[int, int] = {}
+        readers: Counter = Counter()
+        for k, ins in enumerate(body):
+            for v in _reads(ins):
+                last[v] = k
+                readers[v] += 1
+        fused = _fused_sums(body, readers, keep)
+        for k, root in fused.items():  # operands of a fused sum live to its chain's root
+            for v in _reads(body[k]):
+                last[v] = max(last[v], root)
+        at = {ins.value_id: k for k, ins in enumerate(body) if not isinstance(ins, Loop)}
+        feeders: dict[int, list[int]] = {}  # chain root -> products the chain adds
+        reusable: dict[int, set[int]] = {}  # chain root -> operands it may overwrite
+        for k, ins in enumerate(body):
+            if isinstance(ins, Combine):
+                root = fused.get(k, k)
+                for r, perm in zip(ins.operands, ins.perms, strict=True):
+                    j = at.get(r.value_id) if r.input_key is None and r.scalar is None else None
+                    if j is None:
+                        continue
+                    if isinstance(body[j], Contract):
+                        feeders.setdefault(root, []).append(j)
+                    if perm == tuple(range(len(perm))) and not r.slices and j not in fused:
+                        reusable.setdefault(root, set()).add(r.value_id)
+        live: dict[int, _Item] = {}
+        for k, ins in enumerate(body):
+            here = [*base, *live.values()]
+            if isinstance(ins, Loop):
+                live.update(self.loop(ins, here, done))
+            elif k in fused:
+                live[ins.value_id] = (f"v{ins.value_id}", Counter())  # never materialised
+            else:
+                out = (f"v{ins.value_id}", _size(ins.dims))
+                # an elementwise sum writes over an operand of its shape that dies here
+                dying = [
+                    v
+                    for v in reusable.get(k, ())
+                    if v in live and last.get(v) == k and v not in keep and live[v][1] == out[1]
+                ]
+                new = [] if dying else [out]
+                self.emit([*here, *self.copies(ins, done), *new], str(ins))
+                live[ins.value_id] = out
+                # XLA may run the chain's products in any order: the last one's operand
+                # copies can coincide with all the others' products
+                for j in feeders.get(k, ()):
+                    copies = self.copies(body[j], done)
+                    if copies:
+                        self.emit([*here, *copies, *new], f"{body[j]} (late, for {ins})")
+            for v in [v for v in live if last.get(v, -1) <= k and v not in keep]:
+                del live[v]
+
+    def loop(self, lp: Loop, here: list[_Item], done: frozenset) -> dict[int, _Item]:
+        """Points of a loop; returns the values it leaves behind with their sizes."""
+        space, name = lp.loop[0], f"loop {lp.loop[0]}#{lp.loop[1]}"
+        hoisted = _hoisted(lp, done)
+        outputs: dict[int, _Item] = {}
+        for v, dims in lp.sums:
+            outputs[v] = (f"v{v} (summed over {name})", _size(dims))
+        for v, dims in lp.carries:
+            outputs[v] = (f"v{v} (carried out of {name})", _size(dims))
+        inner = [*here, *((n, c) for n, (_, c) in hoisted.items())]
+        inner.append((f"state of {name}", Counter({((), None): LOOP_STATE})))
+        after: list[_Item] = []
+        for v, p, dims in lp.scatters:
+            whole = _size((e, None if at == lp.loop else at) for e, at in dims)
+            outputs[v] = (f"v{v} (stacked batches of {name})", whole)
+            extra = _when_uneven(_size(dims), space)  # one piece too many if uneven
+            inner.append((f"v{v} (stacked batches of {name})", whole + extra))
+            moved = Counter(whole) if p != 0 else Counter()  # batch axis into place
+            moved.update(_when_uneven(whole, space))  # an uneven last batch is cut off
+            after.append((f"v{v} (moved into place after {name})", moved))
+        keep = {v for v, _ in (*lp.sums, *lp.carries)} | {v for v, _, _ in lp.scatters}
+        inner.extend(item for v, item in outputs.items() if v not in {w for w, _, _ in lp.scatters})
+        self.body(lp.body, inner, keep, done | frozenset(key for key, _ in hoisted.values()))
+        if any(+c for _, c in after):
+            self.emit([*inner, *after], f"after {name}")
+        return outputs
+
+
+def _when_uneven(size: Counter, space: str) -> Counter:
+    """``size`` charged only when ``space``'s block size does not divide its extent."""
+    return Counter({(powers, space): coef for (powers, _), coef in size.items()})
+
+
+def memory_model(lowered: LoweredProgram) -> MemoryModel:
+    """The symbolic memory model of an instruction tree (module docstring).
+
+    Args:
+        lowered: the instruction tree (:func:`sq_jax.lower.instructions.lower_schedule`).
+
+    Returns:
+        The model; ``model.peak({space: block})`` is the predicted XLA temporaries +
+        outputs for those block sizes.
+    """
+    walker = _Walker()
+    results = {
+        r.read.value_id
+        for r in lowered.results
+        if r.read.input_key is None and r.read.scalar is None
+    }
+    walker.body(lowered.body, [], results)
+    final: list[_Item] = []
+    seen: set[int] = set()
+    for r in lowered.results:
+        own = r.read.input_key is None and r.read.scalar is None
+        if own and r.read.value_id not in seen:  # the value is the output buffer ...
+            final.append((f"v{r.read.value_id} (result {r.name})", _read_size(r.read)))
+            seen.add(r.read.value_id)
+        if not own or r.coef != 1.0 or r.perm != tuple(range(len(r.perm))):
+            final.append((f"result {r.name}", _read_size(r.read)))  # ... unless copied
+    walker.emit(final, "results")
+    extents = {lp.loop[0]: lp.extent for lp in lowered.loops()}
+    return MemoryModel(tuple(walker.points), tuple(walker.labels), tuple(sorted(extents.items())))
