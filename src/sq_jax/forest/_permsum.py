@@ -66,6 +66,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from operator import itemgetter
 
 from ..expr.nodes import Index
 from .canon import leaf_node, product_node, sum_node
@@ -75,8 +76,36 @@ __all__ = ["group_permuted", "relabel_node"]
 
 Perm = tuple[int, ...]
 """A permutation of the result's labels: ``π(result[k]) = result[perm[k]]``."""
-Pattern = tuple[tuple[Perm, Fraction], ...]
-"""A family relative to its representative: sorted ``(π, coef / coef_rep)``."""
+Pattern = frozenset[tuple[Perm, int]]
+"""A family relative to its representative: ``(π, coef / coef_rep)``, the ratio by its
+number in a :class:`_Ratios` table."""
+
+
+class _Ratios:
+    """Coefficient ratios numbered once, with a cached division.
+
+    Patterns of hundreds of members are then hashed and compared as small integers, not
+    as fractions.
+    """
+
+    def __init__(self) -> None:
+        self.values: list[Fraction] = []
+        self._number: dict[Fraction, int] = {}
+        self._quotients: dict[tuple[int, int], int] = {}
+
+    def number(self, value: Fraction) -> int:
+        """The number of ``value`` (numbered on first sight)."""
+        n = self._number.setdefault(value, len(self.values))
+        if n == len(self.values):
+            self.values.append(value)
+        return n
+
+    def divide(self, a: int, b: int) -> int:
+        """The number of ``values[a] / values[b]``."""
+        q = self._quotients.get((a, b))
+        if q is None:
+            q = self._quotients[a, b] = self.number(self.values[a] / self.values[b])
+        return q
 
 
 @dataclass(slots=True)
@@ -87,8 +116,9 @@ class _Family:
     """Every term of the family (positions in the sum)."""
     coefs: dict[int, Fraction]
     """Per orientation, its first term's position → the orientation's total coefficient."""
-    reps: dict[Pattern, list[int]]
-    """Per pattern, the orientations (first positions) that represent the family with it."""
+    reps: dict[int, list[int]]
+    """Per pattern (its number), the orientations (first positions) that represent the
+    family with it."""
 
 
 def group_permuted(
@@ -119,7 +149,9 @@ def group_permuted(
     out = list(terms)
     if len(result) < 2 or len(out) < 4:  # two families of two members at least
         return out
-    families = _families(out, result)
+    pos = {ix: k for k, ix in enumerate(result)}
+    ratio_table = _Ratios()
+    families, patterns = _families(out, pos, ratio_table)
     groups = _groups(families)
     if not groups:
         return out
@@ -134,8 +166,8 @@ def group_permuted(
         # the sum's first term's permutation (the chain keeps that term's mode order when
         # it is grouped), and keys do not depend on how the result's labels are ordered
         first = families[fams[0]].coefs
-        perms = [_perm(out[rep][0].indices, out[k][0].indices, result) for k in first]
-        ratios = dict(pattern)
+        perms = [_perm(out[rep][0].indices, out[k][0].indices, pos) for k in first]
+        ratios = {perm: ratio_table.values[r] for perm, r in patterns[pattern]}
         for n, perm in enumerate(perms):
             mapping = {result[k]: result[p] for k, p in enumerate(perm) if p != k}
             node = relabel_node(y, mapping) if mapping else y
@@ -145,20 +177,55 @@ def group_permuted(
     return [(node, coef) for _, node, coef in summands]
 
 
-def _perm(rep: Sequence[Index], member: Sequence[Index], result: Sequence[Index]) -> Perm:
-    """The permutation ``π`` of ``result`` with ``π(rep[p]) = member[p]`` for every ``p``."""
-    where = {ix: p for p, ix in enumerate(rep)}
-    pos = {ix: k for k, ix in enumerate(result)}
-    return tuple(pos[member[where[ix]]] for ix in result)
+def _perm(rep: Sequence[Index], member: Sequence[Index], pos: Mapping[Index, int]) -> Perm:
+    """The permutation ``π`` with ``π(rep[p]) = member[p]`` for every ``p``.
+
+    It is written on the result's label positions ``pos`` (label → position).
+    """
+    out = [0] * len(pos)
+    for a, b in zip(rep, member, strict=True):
+        out[pos[a]] = pos[b]
+    return tuple(out)
 
 
-def _families(terms: Sequence[tuple[EvalNode, Fraction]], result: Sequence[Index]) -> list[_Family]:
-    """Families of two or more orientations, in order of first appearance, with reps."""
-    labels = set(result)
+def _rebase(base: Pattern, ratios: _Ratios) -> dict[Perm, Pattern]:
+    """Per entry ``(π_s, r_s)`` of a family's pattern, the pattern relative to that member.
+
+    A member ``j`` is ``π_j`` of the representative, so relative to member ``s`` it is
+    ``π_j ∘ π_s⁻¹``, with ratio ``r_j / r_s``. This costs O(members² · rank), so it is
+    done once per distinct ``base`` (all families of one expansion share it).
+    """
+    out: dict[Perm, Pattern] = {}
+    for perm_s, ratio_s in base:
+        inverse = [0] * len(perm_s)
+        for k, p in enumerate(perm_s):
+            inverse[p] = k
+        compose = itemgetter(*inverse)  # perm_j -> perm_j ∘ perm_s⁻¹
+        out[perm_s] = frozenset(
+            (_as_perm(compose(perm_j)), ratios.divide(ratio_j, ratio_s)) for perm_j, ratio_j in base
+        )
+    return out
+
+
+def _as_perm(picked: int | tuple[int, ...]) -> Perm:
+    """``itemgetter``'s result as a tuple (it returns a bare item for one index)."""
+    return picked if isinstance(picked, tuple) else (picked,)
+
+
+def _families(
+    terms: Sequence[tuple[EvalNode, Fraction]], pos: Mapping[Index, int], ratios: _Ratios
+) -> tuple[list[_Family], list[Pattern]]:
+    """Families of two or more orientations, in order of first appearance, and patterns.
+
+    The patterns are those the families' representatives can give; ``_Family.reps``
+    refers to them by their position in that list.
+    """
     by_key: dict[str, list[int]] = {}
     for k, (node, _) in enumerate(terms):
-        if len(node.indices) == len(result) and set(node.indices) == labels:
+        if len(node.indices) == len(pos) and set(node.indices) == pos.keys():
             by_key.setdefault(node.key, []).append(k)
+    number: dict[Pattern, int] = {}  # every pattern seen -> its number
+    rebased: dict[Pattern, dict[Perm, int]] = {}  # base -> per member, its pattern number
     families = []
     for members in by_key.values():
         first: dict[tuple[Index, ...], int] = {}  # orientation -> its first position
@@ -168,30 +235,31 @@ def _families(terms: Sequence[tuple[EvalNode, Fraction]], result: Sequence[Index
             coefs[m] = coefs.get(m, Fraction(0)) + terms[k][1]
         if len(coefs) < 2 or not all(coefs.values()):
             continue  # one orientation, or copies that cancel: left as they are
-        reps: dict[Pattern, list[int]] = {}
-        for m, rep_coef in coefs.items():
-            rep = terms[m][0].indices
-            pattern = tuple(
-                sorted(
-                    (_perm(rep, terms[k][0].indices, result), c / rep_coef)
-                    for k, c in coefs.items()
-                )
-            )
-            reps.setdefault(pattern, []).append(m)
+        m0 = next(iter(coefs))
+        perms = {m: _perm(terms[m0][0].indices, terms[m][0].indices, pos) for m in coefs}
+        base = frozenset((perms[m], ratios.number(c / coefs[m0])) for m, c in coefs.items())
+        if base not in rebased:
+            rebased[base] = {
+                perm: number.setdefault(pattern, len(number))
+                for perm, pattern in _rebase(base, ratios).items()
+            }
+        reps: dict[int, list[int]] = {}
+        for m in coefs:
+            reps.setdefault(rebased[base][perms[m]], []).append(m)
         families.append(_Family(members, coefs, reps))
-    return families
+    return families, list(number)
 
 
-def _groups(families: Sequence[_Family]) -> list[tuple[Pattern, list[int]]]:
+def _groups(families: Sequence[_Family]) -> list[tuple[int, list[int]]]:
     """Greedy: the pattern that the most free families admit, while two or more do."""
-    admitting: dict[Pattern, list[int]] = {}
+    admitting: dict[int, list[int]] = {}
     for f, fam in enumerate(families):
         for pattern in fam.reps:
             admitting.setdefault(pattern, []).append(f)
     taken: set[int] = set()
-    groups: list[tuple[Pattern, list[int]]] = []
+    groups: list[tuple[int, list[int]]] = []
     while True:
-        best: tuple[Pattern, list[int]] | None = None
+        best: tuple[int, list[int]] | None = None
         for pattern, fams in admitting.items():
             free = [f for f in fams if f not in taken]
             if len(free) >= 2 and (best is None or len(free) > len(best[1])):
@@ -203,7 +271,7 @@ def _groups(families: Sequence[_Family]) -> list[tuple[Pattern, list[int]]]:
 
 
 def _group_sum(
-    terms: Sequence[tuple[EvalNode, Fraction]], pattern: Pattern, fams: Sequence[_Family]
+    terms: Sequence[tuple[EvalNode, Fraction]], pattern: int, fams: Sequence[_Family]
 ) -> tuple[EvalNode, int]:
     """``Y = Σ coef_rep · rep`` over ``fams``, and the first family's representative.
 
