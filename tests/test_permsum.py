@@ -8,6 +8,7 @@ einsum per expanded term), and the same forest built with the grouping switched 
 from __future__ import annotations
 
 import itertools
+from collections import defaultdict
 from contextlib import contextmanager
 from fractions import Fraction
 
@@ -27,6 +28,7 @@ from sq_jax.forest.nodes import NodeKind
 from sq_jax.lower.instructions import Combine, Loop, lower_schedule
 from sq_jax.plan import BatchPlan
 from sq_jax.schedule import schedule_forest
+from sq_jax.schedule.cost import schedule_flops
 from test_cse import evaluate_direct, evaluate_occurrences, evaluate_roots, occurrences_by_key
 
 A1, A2, A3 = Index("a", 1), Index("a", 2), Index("a", 3)
@@ -357,3 +359,58 @@ def test_grouped_sums_are_the_same_sums(eq):
     np.testing.assert_allclose(got, evaluate_direct(eq, spaces, bank, {}), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(got, evaluate_roots(plain, bank, {})["R"], rtol=1e-12, atol=1e-12)
     assert sum_reads(grouped, "R")[0] <= sum_reads(plain, "R")[0]  # never more additions
+
+
+# -- scheduling: Y is built once, and its repeats neither keep operands alive nor split it --
+
+
+def test_repeats_of_a_grouped_sum_do_not_keep_its_operands_alive():
+    (eq,) = sq.parse("R{i1;i2} = f{i1;i3} g{i3;i2} + h{i1;i2} + f{i2;i3} g{i3;i1} + h{i2;i1}")
+    forest = sq.build_forest([eq], sq.Spaces(i=3))
+    root = forest.roots[0].node
+    y, y_swapped = root.left, root.right  # R = Y + Y^(i1 i2): one value, two occurrences
+    assert y.key == y_swapped.key and y.kind is NodeKind.SUM
+    rich = schedule_forest(forest, BatchPlan()).rich
+    cell = {c.hash: c for c in rich.cells}
+    fg = cell[y.left.hash]  # f g, built for Y; Y^(i1 i2) repeats it but is never built
+    assert len(fg.occurrences) == 2 and len(cell[y.hash].occurrences) == 2
+    assert fg.last_use == cell[y.hash].first_use < fg.occurrences[1].consumer_point
+
+
+def test_ccsd_grouped_static_peaks():
+    # realistic extents: with o close to v, the o⁴ intermediates that Y and its batched
+    # copies share weigh as much as the o²v² terms and the batched peaks differ more
+    eqs = sq.parse(load_equations("ccsd_so"))
+    grouped, plain = build_both(eqs, sq.Spaces(i=10, a=38))
+    ys = grouped_sums(grouped, "R2")
+    assert len(ys) == 2  # the Â{i1,i2;a1,a2} families, and those that only permute i1 i2
+    for batch in ({}, {"a": 2}, {"i": 2}):
+        plan = BatchPlan.of(batch) if batch else BatchPlan()
+        sf, sf_plain = schedule_forest(grouped, plan), schedule_forest(plain, plan)
+        # one value per batch layout: swapping the labels of a space that is not batched
+        # reads the same value (the i swap under a batching of a, and vice versa)
+        for y in ys:
+            assert len([c for c in sf.rich.cells if c.hash == y.hash]) <= (2 if batch else 1)
+        assert sf.peak.peak_bytes <= 1.1 * sf_plain.peak.peak_bytes
+        assert schedule_flops(sf) <= schedule_flops(sf_plain)
+
+
+def grouped_sums(forest, name):
+    """The SUM values read under two labelings or more by a SUM read under one: the Y's."""
+    root = next(r for r in forest.roots if r.name == name)
+    labelings, parents, first = defaultdict(set), defaultdict(set), {}
+    stack = [(root.node, None)]
+    while stack:
+        node, parent = stack.pop()
+        if node.kind is not NodeKind.SUM:
+            continue
+        labelings[node.key].add(node.indices)
+        first.setdefault(node.key, node)
+        if parent is not None:
+            parents[node.key].add(parent)
+        stack += [(node.left, node.key), (node.right, node.key)]
+    return [
+        first[k]
+        for k in first
+        if len(labelings[k]) > 1 and any(len(labelings[p]) == 1 for p in parents[k])
+    ]
