@@ -181,7 +181,7 @@ def test_generous_budget_gives_the_empty_plan(ccsd):
 def sweep(ccsd):
     p0 = _peak(ccsd, BatchPlan())
     out = []
-    for frac in (1 / 3, 1 / 6):
+    for frac in (1 / 3, 1 / 5):  # 1/5: just above the floor (the result R2, about p0/5.2)
         b = int(p0 * frac)
         plan = plan_for_budget(ccsd, b)
         sf = schedule_forest(ccsd, plan)

@@ -10,8 +10,11 @@
    coefficient, a tensor is a LEAF, a variable or power a SCALAR, and a nested sum of
    several terms is one operand, built the same way as its own SUM chain;
 3. binarizes each term's product (:func:`sq_jax.forest.binarize.binarize`);
-4. chains the terms into a left-deep chain of binary SUM nodes carrying each term's
-   coefficient; a single term's coefficient goes to :attr:`Root.coef` instead.
+4. groups the permuted copies of terms (an ``Â``/``Ŝ`` expansion) so that each
+   permutation is applied once, to the sum of the families it permutes
+   (:mod:`sq_jax.forest._permsum`);
+5. chains the summands into a left-deep chain of binary SUM nodes carrying each
+   summand's coefficient; a single term's coefficient goes to :attr:`Root.coef` instead.
 
 A term's result labels are the left-hand side's indices (none for a variable). A label
 on two operands and not in the result is summed, one in the result stays (a Hadamard
@@ -24,7 +27,8 @@ made (:mod:`sq_jax.forest.canon`), and :class:`~sq_jax.forest.nodes.Forest` trea
 nodes of one key as one value.
 
 Known limitations: nested sums are built recursively (depth = parenthesis depth); a sum
-chain's order is the order of the terms.
+chain's order is the order of the terms (a group of permuted copies takes the place of
+its first term).
 
 Example:
     >>> from sq_jax.expr.nodes import Equation, Index, Product, Tensor, Variable
@@ -59,6 +63,7 @@ from ..expr.nodes import (
     Variable,
 )
 from ..expr.spaces import Spaces
+from ._permsum import group_permuted
 from .binarize import binarize, count_labels, resolve_optimizer
 from .canon import leaf_node, scalar_node, sum_node
 from .nodes import EvalNode, Forest, Root
@@ -309,17 +314,19 @@ def _build_sum(
 ) -> tuple[EvalNode, Fraction]:
     """The left-deep SUM chain of ``terms`` (coefficient 1), or one term's node and scalar.
 
-    The chain keeps the first term's canonical mode order all the way up, so its keys do
-    not depend on how the left-hand side orders its indices.
+    Permuted copies are grouped first (:func:`~sq_jax.forest._permsum.group_permuted`).
+    The chain keeps the first summand's canonical mode order all the way up, so its keys
+    do not depend on how the left-hand side orders its indices.
     """
-    first: tuple[EvalNode, Fraction] | None = None
-    chain: EvalNode | None = None
+    built: list[tuple[EvalNode, Fraction]] = []
     for term in terms:
         coef, factors = _flatten_product(term)
         operands, inner_coef = _operands(factors, result, eq, spaces, optimize)
         _check_term_labels(operands, result, term, eq)
-        node = binarize(operands, result, spaces, optimize)
-        coef *= inner_coef
+        built.append((binarize(operands, result, spaces, optimize), coef * inner_coef))
+    first: tuple[EvalNode, Fraction] | None = None
+    chain: EvalNode | None = None
+    for node, coef in group_permuted(built, result):
         if first is None:
             first = (node, coef)
         elif chain is None:

@@ -24,7 +24,13 @@ pass reads. It follows SeQuant's as-built "loops first, values second" design (s
    not is invariant to that loop and runs outside it (``loop_order``).
 4. **Values.** A value key combines the node's label-blind key, the slots of its sliced
    positions and batched reductions, and its operands' values. Occurrences with equal
-   keys form one :class:`ValueCell`, ids in first-seen (topological) order.
+   keys form one :class:`ValueCell`, ids in first-seen (topological) order. A value is
+   built once, from its *first* occurrence's operands (what the lowering does), so an
+   occurrence under a later occurrence of its reader's value is never read: a value's
+   ``last_use`` is the latest consumer point of the occurrences that are read. (A sum
+   that reads one value under several relabelings, e.g. ``Y`` and ``Y`` with two labels
+   swapped, repeats ``Y``'s whole subtree; those repeats do not keep ``Y``'s operands
+   alive.)
 
 Leaves are inputs (``SCHEDULER.md`` §1): a leaf (or scalar) gets a cell so it can be
 named, but it never folds loops and is never scheduled; its occurrences keep their
@@ -171,7 +177,8 @@ class ValueCell:
     first_use: int
     """Earliest point of an occurrence."""
     last_use: int
-    """Latest consumer point of an occurrence (inclusive)."""
+    """Latest consumer point of an occurrence that is read (inclusive): a root, or an
+    operand of its reader's first occurrence (of any occurrence if none is read)."""
     home_depth: int
     """Position in the first occurrence's ``ectx`` of the innermost home mode, or -1."""
     occurrences: tuple[OccurrenceRec, ...]
@@ -516,8 +523,16 @@ def _nesting_pairs(rec: _Occ, loops: _Loops) -> list[tuple[int, int]]:
     return pairs
 
 
+_FOLD_WINDOW = 8
+"""How many preceding occurrences of a group each occurrence is also paired with."""
+
+
 def _fold(occs: list[_Occ], loops: _Loops) -> None:
     """Try to fold the loops of occurrences that could be one value, in first-seen order.
+
+    Each occurrence of a group is tried with the first and with the ``_FOLD_WINDOW``
+    occurrences just before it, so two nearby occurrences fold even when neither may fold
+    with the first.
 
     Repeated until no fold succeeds: a fold refused by rule 5 (its loops were enclosed by
     different loops) may succeed once those enclosing loops are folded, which for an
@@ -531,19 +546,28 @@ def _fold(occs: list[_Occ], loops: _Loops) -> None:
         own_pos = tuple(p for p, lp in enumerate(rec.pos_loop) if lp >= 0 and p not in rec.home_pos)
         spaces = tuple(sorted(ix.space for ix, _ in rec.red))
         groups.setdefault((rec.node.key, rec.home_pos, own_pos, spaces), []).append(k)
+    # each member with the first, then with the few members just before it: a fold
+    # refused with the first (an occurrence enclosed by other loops, in another term) may
+    # be allowed between two later ones (the same subtree read twice in a row, e.g. a sum
+    # under two relabelings); a window, not every pair, keeps this linear in the members
     pairs: list[tuple[int, int]] = []
+    nearby: list[tuple[int, int]] = []
     for members in groups.values():
-        rep = occs[members[0]]
-        rep_red = sorted(rep.red, key=lambda t: t[0].space)
-        for k in members[1:]:
-            other = occs[k]
-            pairs += [(lp, other.pos_loop[p]) for p, lp in enumerate(rep.pos_loop) if lp >= 0]
-            pairs += [
-                (a, b)
-                for (_, a), (_, b) in zip(
-                    rep_red, sorted(other.red, key=lambda t: t[0].space), strict=True
-                )
-            ]
+        for n, k in enumerate(members[1:], start=1):
+            for k_rep in (members[0], *members[max(1, n - _FOLD_WINDOW) : n]):
+                rep, other = occs[k_rep], occs[k]
+                out = pairs if k_rep == members[0] else nearby
+                out += [(lp, other.pos_loop[p]) for p, lp in enumerate(rep.pos_loop) if lp >= 0]
+                out += [
+                    (a, b)
+                    for (_, a), (_, b) in zip(
+                        sorted(rep.red, key=lambda t: t[0].space),
+                        sorted(other.red, key=lambda t: t[0].space),
+                        strict=True,
+                    )
+                ]
+    seen = set(pairs)
+    pairs += [pair for pair in dict.fromkeys(nearby) if pair not in seen and pair[0] != pair[1]]
     changed = True
     while changed:  # every round that folds something shrinks the number of classes
         changed = False
@@ -679,7 +703,12 @@ def compute_dag_boulevard(ann: AnnotatedForest) -> RichSchedule:
             occurrence=rec.occ,
             node=rec.node,
         )
-    cells = tuple(_make_cell(v, keys[v], [records[k] for k in ks]) for v, ks in enumerate(members))
+    # a value is built from its first occurrence: only that occurrence reads its operands
+    read = [rec.parent < 0 or members[cell_of[rec.parent]][0] == rec.parent for rec in occs]
+    cells = tuple(
+        _make_cell(v, keys[v], [records[k] for k in ks], [records[k] for k in ks if read[k]])
+        for v, ks in enumerate(members)
+    )
     order: dict[tuple[LoopId, LoopId], int] = {}
     for k in by_point:
         for a, b in _nesting_pairs(occs[k], loops):
@@ -697,7 +726,9 @@ def compute_dag_boulevard(ann: AnnotatedForest) -> RichSchedule:
     )
 
 
-def _make_cell(value_id: int, key: int, recs: Sequence[OccurrenceRec]) -> ValueCell:
+def _make_cell(
+    value_id: int, key: int, recs: Sequence[OccurrenceRec], read: Sequence[OccurrenceRec]
+) -> ValueCell:
     recs = sorted(recs, key=lambda r: r.point)
     first = recs[0]
     enclosing: dict[Index, None] = {}
@@ -717,7 +748,7 @@ def _make_cell(value_id: int, key: int, recs: Sequence[OccurrenceRec]) -> ValueC
         enclosing_modes=tuple(enclosing),
         divergent_modes=tuple(ix for ix in union if ix not in inter),
         first_use=min(r.point for r in recs),
-        last_use=max(r.consumer_point for r in recs),
+        last_use=max(r.consumer_point for r in (read or recs)),
         home_depth=_home_depth(first.home, first.ectx),
         occurrences=tuple(recs),
         node=first.node,
