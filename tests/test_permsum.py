@@ -99,7 +99,7 @@ def test_ccsd_so_r2_reads_each_permutation_once():
     assert moved_after <= 35 and sums_after < 45
     # the lowering sees the same: fewer Combines, far fewer of them transposing
     (n_before, t_before), (n_after, t_after) = combines(plain), combines(grouped)
-    assert n_after < n_before // 2 and t_after <= 40 < 100 <= t_before
+    assert n_after < n_before // 2 and t_after <= 40 and t_before >= 2 * t_after
     # and fewer FLOPs (each grouped permutation is added once)
     assert grouped.flops < plain.flops
 

@@ -166,33 +166,32 @@ def _reads(ins: Instr) -> set[int]:
     return {r.value_id for r in ins.operands if r.input_key is None and r.scalar is None}
 
 
-def _fused_sums(body: Sequence[Instr], readers: Counter, keep: set[int]) -> dict[int, int]:
-    """Sums XLA fuses into the next sum: position -> position of the sum that reads it.
+def _fused_sums(body: Sequence[Instr], keep: set[int]) -> dict[int, int]:
+    """Sums XLA fuses into later sums: position -> position of the chain's last sum.
 
     XLA merges a chain of elementwise sums into one loop fusion (observed on CPU: the 124
     adds of CCSD's R2 ran as one fusion of 39 operands), so the chain's intermediate sums
-    are never stored, and every product the chain adds is alive until its last add.
+    are never stored, and every product the chain adds is alive until its last add. A
+    sum read only by sums of one chain is fused into it too, even when read several
+    times (``Y`` read as ``Y - Y^(ab) - Y^(ij) + Y^(ab)(ij)``: XLA recomputes ``Y``'s
+    elements in each read rather than storing it).
     """
     at = {ins.value_id: k for k, ins in enumerate(body) if not isinstance(ins, Loop)}
-    out: dict[int, int] = {}
+    readers: dict[int, list[int]] = {}
     for k, ins in enumerate(body):
-        if not isinstance(ins, Combine):
+        for v in _reads(ins):
+            if v in at:
+                readers.setdefault(at[v], []).append(k)
+    out: dict[int, int] = {}
+    for j in range(len(body) - 1, -1, -1):  # readers come later: resolve them first
+        ins = body[j]
+        if not isinstance(ins, Combine) or ins.value_id in keep or j not in readers:
             continue
-        for r in ins.operands:
-            j = at.get(r.value_id) if r.input_key is None and r.scalar is None else None
-            if (
-                j is not None
-                and j < k
-                and isinstance(body[j], Combine)
-                and readers[r.value_id] == 1
-                and r.value_id not in keep
-            ):
-                out[j] = k
-    for j in sorted(out, reverse=True):  # point every fused sum at its chain's root
-        root = out[j]
-        while root in out:
-            root = out[root]
-        out[j] = root
+        if not all(isinstance(body[k], Combine) for k in readers[j]):
+            continue
+        roots = {out.get(k, k) for k in readers[j]}
+        if len(roots) == 1:
+            out[j] = roots.pop()
     return out
 
 
@@ -281,12 +280,10 @@ class _Walker:
         (hoisted out of a loop).
         """
         last: dict[int, int] = {}
-        readers: Counter = Counter()
         for k, ins in enumerate(body):
             for v in _reads(ins):
                 last[v] = k
-                readers[v] += 1
-        fused = _fused_sums(body, readers, keep)
+        fused = _fused_sums(body, keep)
         for k, root in fused.items():  # operands of a fused sum live to its chain's root
             for v in _reads(body[k]):
                 last[v] = max(last[v], root)
