@@ -16,6 +16,7 @@ Example:
       loop i#0 (i_1) depth 1 pass 0 Contracted x2
         output Sum v2 [] = (f{i_1;a_1} * t{a_1;i_1})
     static peak: 8 B
+    predicted XLA memory: 720 B
     FLOPs: 48
     0
 """
@@ -29,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._errors import SqJaxError
+from ..plan.budget import format_bytes
 
 __all__ = ["main"]
 
@@ -55,14 +57,6 @@ def _pairs(text: str, what: str) -> dict[str, int]:
             raise _UsageError(f"{what} expects space=count pairs such as 'a=4,i=2'; got {item!r}")
         out[key.strip()] = int(value)
     return out
-
-
-def _human(nbytes: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if nbytes < 1024 or unit == "GiB":
-            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    return f"{nbytes:.1f} GiB"  # pragma: no cover
 
 
 _PLOT_HELP = "write the static peak profile to FILE.png and the loop nest to FILE-nest.png"
@@ -173,7 +167,10 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
         f"{res.timings.first_iteration:.2f} s)"
     )
     prog = run.residual_program
-    print(f"peak memory        = {_human(prog.peak_bytes)} static (intermediates)")
+    print(
+        f"memory             = {format_bytes(prog.memory_bytes)} predicted (XLA temporaries"
+        f" + outputs; inputs not counted), {format_bytes(prog.peak_bytes)} peak profile"
+    )
     _plot(prog, args.plot)
     return 0 if res.converged else 1
 
@@ -194,7 +191,8 @@ def _run_schedule(args: argparse.Namespace) -> int:
     batch = _pairs(args.batch, "--batch") if args.batch else None
     program = compile_program(text, spaces, batch=batch, memory_budget=args.memory)
     print(program.schedule)
-    print(f"static peak: {_human(program.peak_bytes)}")
+    print(f"static peak: {format_bytes(program.peak_bytes)}")
+    print(f"predicted XLA memory: {format_bytes(program.memory_bytes)}")
     print(f"FLOPs: {program.flops}")
     _plot(program, args.plot)
     return 0
