@@ -458,6 +458,7 @@ def w4(system: wl.System, reps: int, batch: dict) -> dict:
             lambda p=prog: jax.jit(jax.grad(wl.lagrangian(p, lam))),
             lambda f: f,
             lambda f, t=t, fixed=fixed: (t, fixed),
+            SQ_XLA,  # as the forward program: memory figures on the same footing
         )
         rec[f"grad_{key}"] = strip(g)
         fns[f"grad_{key}"] = lambda c=g["compiled"], t=t, fixed=fixed: c(t, fixed)
