@@ -391,9 +391,14 @@ def test_ccsd_grouped_static_peaks():
         # reads the same value (the i swap under a batching of a, and vice versa)
         for y in ys:
             assert len([c for c in sf.rich.cells if c.hash == y.hash]) <= (2 if batch else 1)
-        # shared intermediates live from Y to its batched copies: +3%, +4%, +10% here
+        # shared intermediates live from Y to its batched copies
         assert sf.peak.peak_bytes <= 1.15 * sf_plain.peak.peak_bytes
-        assert schedule_flops(sf) <= schedule_flops(sf_plain)
+        # unbatched, Y's adds are saved; batched, Y is built once per batch layout while
+        # each ungrouped copy is built in its own orientation (measured: a in 2, 1.10x;
+        # i in 2, 1.005x) — in exchange the grouped program's memory falls with the batch
+        # size (the ungrouped copies each leave a whole result-sized value)
+        limit = 1.0 if not batch else 1.15
+        assert schedule_flops(sf) <= limit * schedule_flops(sf_plain)
 
 
 def grouped_sums(forest, name):

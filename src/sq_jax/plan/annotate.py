@@ -8,7 +8,10 @@ and shared between trees, so the annotation cannot live on the node itself.
 Placement rules (deterministic, no cost model):
 
 1. **External**: at each external site — the root node of every equation
-   (``external_site="root"``), or every summand of its top-level sum chain
+   (``external_site="root"``; when the root sums one value under several relabelings,
+   ``Σ_π r_π π(Y)``, the ``Y`` reads instead, so ``Y`` is built once per batch and
+   permuted whole), the root node always (``"top"``), or every summand of its top-level
+   sum chain
    (``external_site="term"``) — every result index whose space is batched in the
    external role opens its own loop, in the node's canonical index order. A doubles
    residual batched over both occupied indices therefore opens two loops, and its batch
@@ -160,10 +163,41 @@ def summed_indices(node: EvalNode) -> tuple[Index, ...]:
     return tuple(out)
 
 
+def _permuted_summands(top: EvalNode) -> set[int]:
+    """Positions of the summands of ``top`` when each reads a value read more than once.
+
+    A sum the forest built as ``Σ_π r_π π(Y) + Σ_σ s_σ σ(Z) ...`` (antisymmetrizers or
+    symmetrizers applied once, :mod:`sq_jax.forest._permsum`) reads each of ``Y``, ``Z``
+    under several relabelings. Opened at the root, external loops would need ``Y``'s
+    batch in every orientation and build ``Y`` once per orientation (CCSD's R2 cost 2.5x
+    its FLOPs with ``a`` batched); opened at the reads, the loops of the reads of one
+    value fold into one loop nest that builds it once, batch by batch, and the
+    permutations are applied to the whole value after it. Returns the empty set for any
+    other sum (a summand read once keeps the root as the site).
+    """
+    summands: list[tuple[int, EvalNode]] = []
+    node, pos = top, 0
+    while node.kind is NodeKind.SUM and node.left is not None and node.right is not None:
+        summands.append((pos + 1 + _size(node.left), node.right))
+        left = node.left
+        if left.kind is not NodeKind.SUM or left.key in {n.key for _, n in summands}:
+            summands.append((pos + 1, left))
+            break
+        node, pos = left, pos + 1
+    counts: dict[str, int] = {}
+    for _, n in summands:
+        counts[n.key] = counts.get(n.key, 0) + 1
+    if len(summands) < 2 or min(counts.values()) < 2:
+        return set()
+    return {p for p, _ in summands}
+
+
 def _external_sites(top: EvalNode, site: str) -> set[int]:
     """Pre-order positions of the external sites of one tree."""
-    if site == "root" or top.kind is not NodeKind.SUM:
+    if site == "top" or top.kind is not NodeKind.SUM:
         return {0}
+    if site == "root":
+        return _permuted_summands(top) or {0}
     sites = set()
     stack: list[tuple[EvalNode, bool]] = [(top, True)]
     position = 0

@@ -126,16 +126,20 @@ class BatchPlan:
     spaces: tuple[SpaceBatch, ...] = ()
     """One entry per batched space, in the order given."""
     external_site: str = "root"
-    """Where external loops open: ``"root"`` (each equation's top node, the default) or
-    ``"term"`` (each summand of the equation's top-level sum chain)."""
+    """Where external loops open: ``"root"`` (each equation's top node, or, for a sum
+    of permuted reads ``Σ_π r_π π(Y)``, the reads of ``Y``; the default), ``"top"``
+    (each equation's top node, always) or ``"term"`` (each summand of the equation's
+    top-level sum chain). See :mod:`sq_jax.plan.annotate`."""
 
     def __post_init__(self) -> None:
         keys = [s.space for s in self.spaces]
         dup = sorted({k for k in keys if keys.count(k) > 1})
         if dup:
             raise PlanError(f"space(s) {', '.join(f'`{k}`' for k in dup)} given twice.")
-        if self.external_site not in ("root", "term"):
-            raise PlanError(f"external_site must be 'root' or 'term', got {self.external_site!r}.")
+        if self.external_site not in ("root", "top", "term"):
+            raise PlanError(
+                f"external_site must be 'root', 'top' or 'term', got {self.external_site!r}."
+            )
 
     @classmethod
     def of(cls, batches: Mapping[str, Any], *, external_site: str = "root") -> BatchPlan:
@@ -207,4 +211,7 @@ class BatchPlan:
         return s.external if kind is LoopKind.EXTERNAL else s.contracted
 
     def __str__(self) -> str:
-        return "BatchPlan(" + "; ".join(str(s) for s in self.spaces) + ")"
+        parts = [str(s) for s in self.spaces]
+        if self.external_site != "root":
+            parts.append(f"external loops at {self.external_site}")
+        return "BatchPlan(" + "; ".join(parts) + ")"

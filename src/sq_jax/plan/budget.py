@@ -39,8 +39,12 @@ is scheduled once more to check its peak and FLOPs against the model.
 References: SeQuant's batched-evaluation digest (§3 of ``SCHEDULER.md``); cotengra's
 slicing search for the idea of pricing recomputation against memory (not its code).
 
-Known limitations: external loops always open at equation roots (``external_site=
-"root"``); the memory model predicts XLA's live buffers, not its heap fragmentation,
+External loops open at the roots, or at the reads of the values a permuted sum reads
+(``external_site="root"``, :mod:`sq_jax.plan.annotate`); only when no such plan fits are
+plans with loops at the roots themselves (``"top"``: lower memory floor, more FLOPs)
+searched.
+
+Known limitations: the memory model predicts XLA's live buffers, not its heap fragmentation,
 which grows with the number of loops (a plan with 80 loop instances measured 1.6x its
 live peak) — :data:`XLA_HEADROOM` covers the plans measured in ``tests/``; a
 configuration that the scheduler cannot express (a :class:`~sq_jax.ScheduleError`) is
@@ -173,6 +177,7 @@ class _Config:
 
     roles: tuple[tuple[str, bool, bool], ...]
     rank: int
+    site: str = "root"
 
     @property
     def spaces(self) -> tuple[str, ...]:
@@ -187,7 +192,8 @@ class _Config:
             tuple(
                 SpaceBatch(s, batches=n, external=e, contracted=c)
                 for (s, e, c), n in zip(self.roles, counts, strict=True)
-            )
+            ),
+            self.site,
         )
 
 
@@ -545,7 +551,13 @@ def plan_for_budget(
     floor: tuple[_Point, ScheduledForest] | None = None  # the smallest peak seen
     scheduled: dict[_Config, ScheduledForest] = {}
     level = -1
-    for cfg in _configs(spaces):
+    # External loops open at the reads of a permuted sum's values first (no rebuilding
+    # of Y per orientation); only if nothing fits, at the roots (less memory, more FLOPs).
+    configs = _configs(spaces)
+    configs += [replace(c, site="top") for c in configs if any(e for _, e, _ in c.roles)]
+    for cfg in configs:
+        if cfg.site == "top" and best is not None:
+            break
         if best is not None and best.flops == f0 and cfg.flags > level:
             break  # nothing at a higher level can win the tie-break
         level = cfg.flags
