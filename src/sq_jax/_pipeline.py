@@ -64,10 +64,11 @@ def compile(
             :meth:`~sq_jax.plan.BatchPlan.of` such as ``{"a": 4}``, or a ``BatchPlan``.
         remat: wrap every loop body in ``jax.checkpoint`` (bounded reverse-mode memory).
         mode_order: spaces, outermost loop first (a tie-break for the loop nesting).
-        memory_budget: bytes (or text such as ``"2 GiB"``) for the intermediates and
-            results (inputs excluded): the batch plan that fits it with the fewest FLOPs
-            is chosen (:func:`~sq_jax.plan.budget.plan_for_budget`). Exclusive with
-            ``batch``.
+        memory_budget: bytes (or text such as ``"2 GiB"``) for what the compiled program
+            allocates — intermediates, XLA's operand copies, loop buffers and results, as
+            predicted by ``program.memory_bytes`` with 25% headroom; inputs excluded: the
+            batch plan that fits it with the fewest FLOPs is chosen
+            (:func:`~sq_jax.plan.budget.plan_for_budget`). Exclusive with ``batch``.
         mesh: a one-axis ``jax.sharding.Mesh``: the batches of the outermost loop of
             each nest are split over its devices (``docs/sharding.md``); inputs and
             results are replicated. ``None``: one device.

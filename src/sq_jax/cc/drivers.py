@@ -129,8 +129,8 @@ def solve_cc(
         closed_shell: use the spin-adapted equations over spatial orbitals.
         solver: ``"diis"`` (Jacobi + DIIS, as PySCF) or ``"newton"`` (Newton–Krylov).
         batch: a batch plan for the residual program, e.g. ``{"a": 4}``.
-        memory_budget: bytes (or ``"2 GiB"``) for the residual program's intermediates;
-            the batch plan is then chosen for you.
+        memory_budget: bytes (or ``"2 GiB"``) for what the residual program allocates
+            (see :func:`sq_jax.compile`); the batch plan is then chosen for you.
         remat: wrap loop bodies in ``jax.checkpoint``.
         verbose: print one line per iteration.
         **solver_options: passed to the solver (``max_iter``, ``e_tol``, ``t_tol`` …).

@@ -163,7 +163,7 @@ def summed_indices(node: EvalNode) -> tuple[Index, ...]:
     return tuple(out)
 
 
-def _permuted_summands(top: EvalNode) -> set[int]:
+def permuted_summands(top: EvalNode) -> set[int]:
     """Positions of the summands of ``top`` when each reads a value read more than once.
 
     A sum the forest built as ``Σ_π r_π π(Y) + Σ_σ s_σ σ(Z) ...`` (antisymmetrizers or
@@ -197,7 +197,7 @@ def _external_sites(top: EvalNode, site: str) -> set[int]:
     if site == "top" or top.kind is not NodeKind.SUM:
         return {0}
     if site == "root":
-        return _permuted_summands(top) or {0}
+        return permuted_summands(top) or {0}
     sites = set()
     stack: list[tuple[EvalNode, bool]] = [(top, True)]
     position = 0

@@ -40,9 +40,9 @@ References: SeQuant's batched-evaluation digest (§3 of ``SCHEDULER.md``); coten
 slicing search for the idea of pricing recomputation against memory (not its code).
 
 External loops open at the roots, or at the reads of the values a permuted sum reads
-(``external_site="root"``, :mod:`sq_jax.plan.annotate`); only when no such plan fits are
-plans with loops at the roots themselves (``"top"``: lower memory floor, more FLOPs)
-searched.
+(``external_site="root"``, :mod:`sq_jax.plan.annotate`); plans with loops at the roots
+themselves (``"top"``: lower memory floor, more FLOPs) are searched too when the first
+search finds nothing or nothing below twice the unbatched FLOPs; the fewest FLOPs win.
 
 Known limitations: the memory model predicts XLA's live buffers, not its heap fragmentation,
 which grows with the number of loops (a plan with 80 loop instances measured 1.6x its
@@ -81,6 +81,7 @@ from ..schedule import ScheduledForest, schedule_forest
 from ..schedule.cost import flop_terms, schedule_flops
 from ..schedule.errors import expr_text
 from ..schedule.peak import dag_path, peak_profile_sweep
+from .annotate import permuted_summands
 from .batch import BatchPlan, SpaceBatch
 
 __all__ = ["XLA_HEADROOM", "format_bytes", "parse_bytes", "plan_for_budget", "required_bytes"]
@@ -551,12 +552,18 @@ def plan_for_budget(
     floor: tuple[_Point, ScheduledForest] | None = None  # the smallest peak seen
     scheduled: dict[_Config, ScheduledForest] = {}
     level = -1
-    # External loops open at the reads of a permuted sum's values first (no rebuilding
-    # of Y per orientation); only if nothing fits, at the roots (less memory, more FLOPs).
+    # External loops open at the reads of a permuted sum's values first (Y built once
+    # per batch). Loops at the roots themselves (Y built per orientation: more FLOPs, but
+    # a lower memory floor) are searched only when that finds nothing, or nothing that
+    # costs less than twice the unbatched FLOPs (each search schedules every role
+    # choice: the planner's time doubles).
     configs = _configs(spaces)
-    configs += [replace(c, site="top") for c in configs if any(e for _, e, _ in c.roles)]
+    tops = [replace(c, site="top") for c in configs if any(e for _, e, _ in c.roles)]
+    if not any(permuted_summands(root.node) for root in forest.roots):
+        tops = []  # the two sites are the same
+    configs += tops
     for cfg in configs:
-        if cfg.site == "top" and best is not None:
+        if cfg.site == "top" and best is not None and best.flops <= 2 * f0:
             break
         if best is not None and best.flops == f0 and cfg.flags > level:
             break  # nothing at a higher level can win the tie-break
