@@ -94,6 +94,10 @@ class Read:
     """Per stored axis, the position of its mode in the node's canonical mode order
     (``None``: the same order, as for inputs)."""
 
+    def modes(self, carried: Sequence[Index]) -> tuple[Index, ...]:
+        """The stored axes' modes, given the reading occurrence's modes in node order."""
+        return tuple(carried) if self.axes is None else tuple(carried[a] for a in self.axes)
+
     def __str__(self) -> str:
         head = self.input_key or (f"v{self.value_id}" if self.scalar is None else "scalar")
         if not self.slices:
@@ -389,10 +393,7 @@ class _Walk:
             return f"the production of {self.name(v)}"
 
         ops = (self.read(left, state, active, who), self.read(right, state, active, who))
-        labels = tuple(
-            tuple(occ.carried[a] for a in (r.axes or range(len(r.dims))))
-            for occ, r in zip((left, right), ops, strict=True)
-        )
+        labels = tuple(r.modes(occ.carried) for occ, r in zip((left, right), ops, strict=True))
         out = first.carried
         node_dims = self.layout_of(v)
         if node.kind is NodeKind.PRODUCT:
@@ -606,7 +607,7 @@ def lower_schedule(sf: ScheduledForest) -> LoweredProgram:
         read = walk.read(occ, state, [], f"result `{root.name}`")
         if any(lp is not None for _, lp in read.dims):
             raise LoweringError(f"result `{root.name}` ({walk.name(v)}) is left sliced.")
-        stored = tuple(occ.carried[a] for a in (read.axes or range(len(read.dims))))
+        stored = read.modes(occ.carried)
         perm = tuple(stored.index(ix) for ix in root.indices)
         results.append(Result(root.name, read, perm, float(root.coef)))
     keys = tuple(

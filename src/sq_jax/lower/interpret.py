@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -76,13 +77,6 @@ def _mask(x: Any, position: int, size: int, valid_from: Any) -> Any:
     return jnp.where(keep, x, jnp.zeros((), x.dtype))
 
 
-def _product(shape: tuple[int, ...]) -> int:
-    size = 1
-    for n in shape:
-        size *= n
-    return size
-
-
 def _contract(ins: Contract, ops: list[Any]) -> Any:
     """One contraction: ``dot_general`` on grouped 2-D/3-D views (:mod:`..gemm`)."""
     plan = ins.gemm
@@ -100,7 +94,7 @@ def _contract(ins: Contract, ops: list[Any]) -> Any:
     else:
         lfree, kshape = lhs.shape[nb : nb + nfl], lhs.shape[nb + nfl :]
     rfree = rhs.shape[nb + nk :] if plan.rhs_k_first else rhs.shape[nb : nb + nfr]
-    b, k, fl, fr = _product(batch), _product(kshape), _product(lfree), _product(rfree)
+    b, k, fl, fr = map(math.prod, (batch, kshape, lfree, rfree))
     lead = (b,) if nb else ()
     lhs = lhs.reshape(lead + ((k, fl) if plan.lhs_k_first else (fl, k)))
     rhs = rhs.reshape(lead + ((k, fr) if plan.rhs_k_first else (fr, k)))

@@ -66,6 +66,10 @@ Monomial = tuple[tuple[tuple[str, int], ...], str | None]
 needs (``None``: always there). Its size is ``coef * prod(block[space] ** power)``."""
 
 
+_Blocks = Mapping[str, int] | None
+"""Block size per batched space (``None``: the lowered program's own)."""
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryModel:
     """Live buffers at every point of the program, symbolic in the block sizes."""
@@ -76,12 +80,14 @@ class MemoryModel:
     """Per point, the instruction running there (for messages and plots)."""
     extents: tuple[tuple[str, int], ...]
     """Extent of every batched space (to tell an uneven last batch)."""
+    blocks: tuple[tuple[str, int], ...] = ()
+    """The lowered program's own block sizes: the default of every ``blocks`` argument."""
 
-    def _full(self, blocks: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    def _full(self, blocks: _Blocks) -> tuple[dict[str, int], dict[str, int]]:
         extents = dict(self.extents)
-        return {**extents, **blocks}, extents
+        return {**extents, **dict(self.blocks if blocks is None else blocks)}, extents
 
-    def items_at(self, point: int, blocks: Mapping[str, int]) -> list[tuple[str, int]]:
+    def items_at(self, point: int, blocks: _Blocks = None) -> list[tuple[str, int]]:
         """The live buffers at ``point`` in bytes, largest first."""
         full, extents = self._full(blocks)
         items = [
@@ -90,19 +96,19 @@ class MemoryModel:
         ]
         return sorted((it for it in items if it[1]), key=lambda it: (-it[1], it[0]))
 
-    def bytes_at(self, point: int, blocks: Mapping[str, int]) -> int:
+    def bytes_at(self, point: int, blocks: _Blocks = None) -> int:
         """Live bytes at ``point`` with these block sizes (absent spaces: full extent)."""
         return sum(n for _, n in self.items_at(point, blocks))
 
-    def profile(self, blocks: Mapping[str, int]) -> tuple[int, ...]:
+    def profile(self, blocks: _Blocks = None) -> tuple[int, ...]:
         """Live bytes at every point."""
         return tuple(self.bytes_at(p, blocks) for p in range(len(self.points)))
 
-    def peak(self, blocks: Mapping[str, int]) -> int:
+    def peak(self, blocks: _Blocks = None) -> int:
         """The largest live total (0 for an empty program)."""
         return max(self.profile(blocks), default=0)
 
-    def binding(self, blocks: Mapping[str, int]) -> int:
+    def binding(self, blocks: _Blocks = None) -> int:
         """The first point where the peak is reached."""
         prof = self.profile(blocks)
         return prof.index(max(prof)) if prof else 0
@@ -368,8 +374,8 @@ def memory_model(lowered: LoweredProgram) -> MemoryModel:
         lowered: the instruction tree (:func:`sq_jax.lower.instructions.lower_schedule`).
 
     Returns:
-        The model; ``model.peak({space: block})`` is the predicted XLA temporaries +
-        outputs for those block sizes.
+        The model; ``model.peak()`` is the predicted XLA temporaries + outputs of this
+        program, ``model.peak({space: block})`` the same for other block sizes.
     """
     walker = _Walker()
     results = {
@@ -389,4 +395,10 @@ def memory_model(lowered: LoweredProgram) -> MemoryModel:
             final.append((f"result {r.name}", _read_size(r.read)))  # ... unless copied
     walker.emit(final, "results")
     extents = {lp.loop[0]: lp.extent for lp in lowered.loops()}
-    return MemoryModel(tuple(walker.points), tuple(walker.labels), tuple(sorted(extents.items())))
+    blocks = {lp.loop[0]: lp.block for lp in lowered.loops()}
+    return MemoryModel(
+        tuple(walker.points),
+        tuple(walker.labels),
+        tuple(sorted(extents.items())),
+        tuple(sorted(blocks.items())),
+    )

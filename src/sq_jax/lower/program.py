@@ -265,7 +265,7 @@ def make_program(
         remat=remat,
         flops=static_flops(sf, lowered),
         peak_bytes=sf.peak.peak_bytes,
-        memory_bytes=memory_model(lowered).peak({lp.loop[0]: lp.block for lp in lowered.loops()}),
+        memory_bytes=memory_model(lowered).peak(),
         aot=fn,
         mesh=None if shard is None else shard.mesh,
         peak_bytes_per_device=per_device,

@@ -73,7 +73,6 @@ from fractions import Fraction
 import numpy as np
 
 from .._errors import MemoryBudgetError, PlanError, ScheduleError, SqJaxError
-from ..expr.nodes import Index
 from ..forest.nodes import Forest, NodeKind
 from ..lower.instructions import lower_schedule
 from ..lower.memory import memory_model
@@ -395,11 +394,6 @@ def _describe(sf: ScheduledForest, value_id: int) -> str:
     return text if terms == 1 else f"a sum of {terms} terms starting with {text}"
 
 
-def _blocks(sf: ScheduledForest) -> dict[str, int]:
-    ann = sf.annotated
-    return {b.space: ann.block_of(Index(b.space, 1)) for b in ann.plan.spaces}
-
-
 def required_bytes(sf: ScheduledForest) -> int:
     """The smallest ``memory_budget`` a scheduled forest fits in.
 
@@ -414,14 +408,14 @@ def required_bytes(sf: ScheduledForest) -> int:
         >>> sf.peak.peak_bytes, required_bytes(sf)  # 64 B + 64 B of alignment, +25%
         (64, 160)
     """
-    xla = memory_model(lower_schedule(sf)).peak(_blocks(sf))
+    xla = memory_model(lower_schedule(sf)).peak()
     return max(sf.peak.peak_bytes, math.ceil(xla * XLA_HEADROOM))
 
 
 def _dominant(sf: ScheduledForest) -> str:
     """The largest buffer live where the peak binds, as text."""
-    blocks = _blocks(sf)
     model = memory_model(lower_schedule(sf))
+    blocks = dict(model.blocks)
     xla = math.ceil(model.peak(blocks) * XLA_HEADROOM)
     if sf.peak.peak_bytes >= xla:  # the schedule's own peak profile binds
         cells = dag_path(sf.rich, sf.annotated).cells
