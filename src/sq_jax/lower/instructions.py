@@ -95,7 +95,13 @@ class Read:
     (``None``: the same order, as for inputs)."""
 
     def modes(self, carried: Sequence[Index]) -> tuple[Index, ...]:
-        """The stored axes' modes, given the reading occurrence's modes in node order."""
+        """The stored axes' modes, given the reading occurrence's modes in node order.
+
+        Example:
+            >>> i1, a1 = Index("i", 1), Index("a", 1)
+            >>> Read(0, axes=(1, 0)).modes((i1, a1)), Read(0).modes((i1, a1))
+            ((Index('a_1'), Index('i_1')), (Index('i_1'), Index('a_1')))
+        """
         return tuple(carried) if self.axes is None else tuple(carried[a] for a in self.axes)
 
     def __str__(self) -> str:

@@ -376,6 +376,13 @@ def memory_model(lowered: LoweredProgram) -> MemoryModel:
     Returns:
         The model; ``model.peak()`` is the predicted XLA temporaries + outputs of this
         program, ``model.peak({space: block})`` the same for other block sizes.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> prog = sq.compile("E = f{i1;a1} t{a1;i1}", sq.Spaces(i=100, a=400))
+        >>> model = memory_model(prog.lowered)
+        >>> model.peak(), [name for name, _ in model.items_at(model.binding())]
+        (320136, ['transposed copy of t{a;i}', 'v2'])
     """
     walker = _Walker()
     results = {

@@ -109,6 +109,14 @@ class Program(eqx.Module):
         """The executable for these inputs' shapes (what a top-level call runs).
 
         Compiled with sq_jax's XLA options; ``.memory_analysis()`` gives XLA's figures.
+
+        Example:
+            >>> import numpy as np, sq_jax as sq
+            >>> prog = sq.compile("R{a1;i1} = f{a1;a2} t{a2;i1}", sq.Spaces(i=50, a=400))
+            >>> x = {"f{a;a}": np.ones((400, 400)), "t{a;i}": np.ones((400, 50))}
+            >>> ma = prog.compiled(x).memory_analysis()
+            >>> ma.temp_size_in_bytes + ma.output_size_in_bytes, prog.memory_bytes
+            (160000, 160064)
         """
         return self.aot.compiled(self._place(_check_inputs(inputs)))
 

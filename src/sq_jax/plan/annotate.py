@@ -174,6 +174,13 @@ def permuted_summands(top: EvalNode) -> set[int]:
     value fold into one loop nest that builds it once, batch by batch, and the
     permutations are applied to the whole value after it. Returns the empty set for any
     other sum (a summand read once keeps the root as the site).
+
+    Example:
+        >>> import sq_jax as sq
+        >>> text = "R{a1,a2;i1} = Â{;a1,a2} f{a1;a3} g{a3,a2;i1}"
+        >>> forest = sq.build_forest(sq.parse(text), sq.Spaces(i=2, a=3))
+        >>> sorted(permuted_summands(forest.roots[0].node))  # Y and Y with a1, a2 swapped
+        [1, 4]
     """
     summands: list[tuple[int, EvalNode]] = []
     node, pos = top, 0
