@@ -11,6 +11,8 @@ from .drivers import CCRun as CCRun
 from .drivers import ccd as ccd
 from .drivers import ccsd as ccsd
 from .drivers import solve_cc as solve_cc
+from .forecast import DryRunReport as DryRunReport
+from .forecast import dry_run as dry_run
 from .implicit import ImplicitEnergy as ImplicitEnergy
 from .implicit import converged_energy as converged_energy
 from .implicit import implicit_energy as implicit_energy

@@ -4,6 +4,8 @@ Commands:
 
 * ``sq-jax ccsd`` / ``sq-jax ccd`` — solve CC equations (the shipped H2O/STO-3G by default,
   or a molecule with PySCF) and print the energy, iterations, time and peak memory;
+  with ``--dry-run``, no SCF and no integrals: the sizes, batch plan, predicted memory,
+  FLOPs and estimated time per iteration (:mod:`sq_jax.cc.forecast`);
 * ``sq-jax schedule EQUATIONS --spaces i=10,a=38 --batch a=4`` — print the ordered
   schedule, its static peak and FLOPs.
 
@@ -103,6 +105,12 @@ def _build_parser() -> _Parser:
         p.add_argument("--max-iter", type=int, default=100)
         p.add_argument("--quiet", action="store_true", help="no per-iteration lines")
         p.add_argument("--plot", metavar="FILE.png", help=_PLOT_HELP)
+        p.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="no SCF, no integrals: print the sizes, plan, predicted memory, FLOPs and "
+            "estimated time per iteration (exit status 1 if --memory cannot be met)",
+        )
     s = sub.add_parser("schedule", help="print the ordered schedule of equations")
     s.add_argument(
         "equations",
@@ -115,6 +123,21 @@ def _build_parser() -> _Parser:
     return parser
 
 
+def _atoms(molecule: str) -> str:
+    """The atom text of ``--molecule``: a known name or an .xyz file."""
+    atoms = MOLECULES.get(molecule.lower())
+    if atoms is None:
+        path = Path(molecule)
+        if not path.is_file():
+            raise _UsageError(
+                f"--molecule {molecule!r} is neither a known name "
+                f"({', '.join(MOLECULES)}) nor an .xyz file"
+            )
+        lines = path.read_text().splitlines()
+        atoms = "; ".join(line.strip() for line in lines[2:] if line.strip())
+    return atoms
+
+
 def _system(args: argparse.Namespace, closed_shell: bool):
     if not args.molecule:
         return None, "H2O/STO-3G (shipped)"
@@ -122,24 +145,39 @@ def _system(args: argparse.Namespace, closed_shell: bool):
         from pyscf import gto, scf
     except ImportError as err:
         raise _UsageError("--molecule needs PySCF: pip install 'sq_jax[chem]'") from err
-    atoms = MOLECULES.get(args.molecule.lower())
-    if atoms is None:
-        path = Path(args.molecule)
-        if not path.is_file():
-            raise _UsageError(
-                f"--molecule {args.molecule!r} is neither a known name "
-                f"({', '.join(MOLECULES)}) nor an .xyz file"
-            )
-        lines = path.read_text().splitlines()
-        atoms = "; ".join(line.strip() for line in lines[2:] if line.strip())
+    atoms = _atoms(args.molecule)
     mol = gto.M(atom=atoms, basis=args.basis, verbose=0)
     mf = scf.RHF(mol).run(conv_tol=1e-12)
     return mf, f"{args.molecule}/{args.basis}"
 
 
+def _dry_run(method: str, args: argparse.Namespace) -> int:
+    """Print :func:`sq_jax.cc.forecast.dry_run`'s report; 1 when ``--memory`` is not met."""
+    from .forecast import dry_run
+    from .integrals import default_spatial_system
+
+    options = {
+        "method": method,
+        "closed_shell": bool(args.closed_shell),
+        "batch": _pairs(args.batch, "--batch") if args.batch else None,
+        "memory_budget": args.memory,
+    }
+    if args.molecule:
+        label = f"{args.molecule}/{args.basis}"
+        report = dry_run(_atoms(args.molecule), args.basis, label=label, **options)
+    else:  # the shipped system's sizes (its stored integrals are not used)
+        shipped = default_spatial_system()
+        label = "H2O/STO-3G (shipped)"
+        report = dry_run(nocc=shipped.nocc, nvirt=shipped.nvirt, label=label, **options)
+    print(report)
+    return 1 if report.fits is False else 0
+
+
 def _run_cc(method: str, args: argparse.Namespace) -> int:
     from . import drivers
 
+    if args.dry_run:
+        return _dry_run(method, args)
     closed_shell = bool(args.closed_shell)
     system, name = _system(args, closed_shell)
     batch = _pairs(args.batch, "--batch") if args.batch else None
@@ -205,7 +243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: the arguments (default: ``sys.argv[1:]``).
 
     Returns:
-        0 on success, 1 when a solve did not converge, 2 for bad input.
+        0 on success, 1 when a solve did not converge (or a dry run's ``--memory``
+        cannot be met), 2 for bad input.
 
     Example:
         >>> main(["schedule", "E = f{i1;i1}", "--spaces", "i=two"])

@@ -311,10 +311,11 @@ def dry_run(
         PlanError: a bad batch plan or budget text.
 
     Example:
-        >>> r = dry_run(nocc=5, nvirt=19, closed_shell=True, memory_budget="1 MiB",
-        ...             gemm_rate=1e9)
-        >>> r.fits, r.smallest_feasible_bytes > 2**20, str(r).count("does not fit")
-        (False, True, 1)
+        >>> r = dry_run(nocc=2, nvirt=5, method="ccd", memory_budget="2 kB", gemm_rate=1e9)
+        >>> r.nocc, r.nvirt, r.fits, r.smallest_feasible_bytes > 2000
+        (4, 10, False, True)
+        >>> print(str(r).splitlines()[4][:52])
+        budget     1.95 KiB: does not fit: smallest feasible
     """
     name = _equation_set(method, closed_shell, df)
     if gemm_rate is not None and (
