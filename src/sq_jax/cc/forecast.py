@@ -149,14 +149,20 @@ class DryRunReport:
         )
 
 
-def measure_gemm_rate(n: int = 512, seconds: float = 0.2) -> float:
+_GEMM_SIZES = (256, 512, 1024, 2048, 4096, 8192)
+_GEMM_MIN_CALL_S = 0.01  # below this a call measures dispatch, not arithmetic (GPUs)
+
+
+def measure_gemm_rate(n: int | None = None, seconds: float = 0.2) -> float:
     """The float64 matrix-multiply rate of JAX's default device, measured now, FLOP/s.
 
-    Times ``a @ b`` on ``n`` × ``n`` matrices (``2 n³`` FLOPs) repeatedly for about
-    ``seconds`` after one warm-up call, and returns the rate of the median call.
+    Times ``a @ a`` on ``n`` × ``n`` matrices (``2 n³`` FLOPs) repeatedly for about
+    ``seconds`` after a warm-up call, and returns the rate of the median call. Without
+    ``n``, the size doubles from 256 until one call takes 10 ms (at most 8192), so
+    that a fast device is timed on arithmetic rather than on dispatch overhead.
 
     Args:
-        n: the matrix size.
+        n: the matrix size, or ``None`` to choose it as above.
         seconds: how long to keep timing.
 
     Returns:
@@ -169,17 +175,24 @@ def measure_gemm_rate(n: int = 512, seconds: float = 0.2) -> float:
     import jax
     import jax.numpy as jnp
 
-    a = jnp.ones((n, n), dtype=jnp.float64)
     matmul = jax.jit(jnp.matmul)
-    matmul(a, a).block_until_ready()  # compile outside the timing
-    times: list[float] = []
-    end = time.perf_counter() + seconds
-    while not times or time.perf_counter() < end:
+
+    def call(a: Any) -> float:
         start = time.perf_counter()
         matmul(a, a).block_until_ready()
-        times.append(time.perf_counter() - start)
+        return time.perf_counter() - start
+
+    for size in (n,) if n else _GEMM_SIZES:
+        a = jnp.ones((size, size), dtype=jnp.float64)
+        call(a)  # compile outside the timing
+        if call(a) >= _GEMM_MIN_CALL_S:
+            break
+    times = [call(a)]
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        times.append(call(a))
     median = sorted(times)[len(times) // 2]
-    return 2 * n**3 / max(median, 1e-9)
+    return 2 * a.shape[0] ** 3 / max(median, 1e-9)
 
 
 def _formula(mol: Any) -> str:
@@ -299,7 +312,7 @@ def dry_run(
         memory_budget: bytes or text (``"8 GiB"``) for what the residual program
             allocates; without ``batch``, the planner chooses the plan.
         gemm_rate: FLOP/s for the time estimate; ``None`` measures it now
-            (:func:`measure_gemm_rate`, about 0.2 s).
+            (:func:`measure_gemm_rate`, about 0.3 s).
         label: the system's name in the report (default: formula/basis, or "sizes").
 
     Returns:
