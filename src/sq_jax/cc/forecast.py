@@ -116,14 +116,15 @@ class DryRunReport:
             f"{self.method.upper()} dry run on {self.system}, {kind} ({self.equations});"
             " no SCF, no integrals",
             f"sizes      {sizes} ({orbitals})",
+            f"budget     {self._budget_line()}",
             f"plan       {self.plan}",
             f"memory     {format_bytes(self.memory_bytes)} predicted (XLA temporaries + "
             f"outputs of the residual program), {format_bytes(self.required_bytes)} with "
             f"{XLA_HEADROOM:g}x headroom, {format_bytes(self.peak_bytes)} peak profile",
-            f"budget     {self._budget_line()}",
             f"unbatched  needs {format_bytes(self.unbatched_required_bytes)}",
             f"inputs     {format_bytes(self.input_bytes)} of integral and amplitude blocks "
-            "(not in the budget)",
+            f"(not in the budget; {format_bytes(self.input_bytes + self.required_bytes)} "
+            "with the program's)",
             f"FLOPs      {self.flops_per_iteration:.4g} per iteration (residuals + energy)",
             f"GEMM rate  {self.gemm_rate / 1e9:.3g} GFLOP/s (float64 matmul)",
             f"time       >= {self.seconds_per_iteration:.3g} s per iteration (FLOPs / GEMM "
@@ -327,7 +328,7 @@ def dry_run(
         >>> r = dry_run(nocc=2, nvirt=5, method="ccd", memory_budget="2 kB", gemm_rate=1e9)
         >>> r.nocc, r.nvirt, r.fits, r.smallest_feasible_bytes > 2000
         (4, 10, False, True)
-        >>> print(str(r).splitlines()[4][:52])
+        >>> print(str(r).splitlines()[2][:52])
         budget     1.95 KiB: does not fit: smallest feasible
     """
     name = _equation_set(method, closed_shell, df)
