@@ -143,6 +143,7 @@ def test_a_given_plan_is_checked_against_the_budget():
         ((H2O, "sto-3g"), {"nocc": 5}, "not both"),
         ((H2O,), {}, "without a basis"),
         ((H2O, "no-such-basis"), {}, "PySCF could not build molecule"),
+        ((H2O, "sto-3g"), {"df": True, "closed_shell": True, "auxbasis": "no-fit"}, "'no-fit'"),
         ((), {"nocc": 0, "nvirt": 3}, "nocc must be a positive int, got 0"),
         ((), {"nocc": 2, "nvirt": 3, "df": True, "closed_shell": True}, "needs naux="),
         ((), {"nocc": 2, "nvirt": 3, "naux": 9}, "only used with df=True"),

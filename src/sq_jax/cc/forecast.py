@@ -245,7 +245,13 @@ def _molecule_sizes(
         from pyscf import df as pyscf_df
 
         # The auxiliary basis df_integrals uses: the given one, else PySCF's default.
-        naux = pyscf_df.make_auxmol(mol, auxbasis).nao_nr()
+        try:
+            naux = pyscf_df.make_auxmol(mol, auxbasis).nao_nr()
+        except Exception as err:  # PySCF's BasisNotFoundError, KeyError …
+            raise InputError(
+                f"PySCF could not build auxiliary basis {auxbasis!r} for {_formula(mol)}: "
+                f"{str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}"
+            ) from err
     name = f"{_formula(mol)}/{mol.basis}" if isinstance(mol.basis, str) else _formula(mol)
     return name, nocc, nvirt, naux
 
