@@ -103,6 +103,7 @@ def _build_parser() -> _Parser:
         p.add_argument("--max-iter", type=int, default=100)
         p.add_argument("--quiet", action="store_true", help="no per-iteration lines")
         p.add_argument("--plot", metavar="FILE.png", help=_PLOT_HELP)
+        _add_df_arguments(p)
     s = sub.add_parser("schedule", help="print the ordered schedule of equations")
     s.add_argument(
         "equations",
@@ -113,6 +114,30 @@ def _build_parser() -> _Parser:
     s.add_argument("--memory", help="memory budget for intermediates, e.g. '512 MiB'")
     s.add_argument("--plot", metavar="FILE.png", help=_PLOT_HELP)
     return parser
+
+
+def _add_df_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--df",
+        action="store_true",
+        help="density-fitted equations (ccsd_cs_df / ccsd_so_df); the shipped system is "
+        "factorized exactly",
+    )
+    p.add_argument(
+        "--auxbasis",
+        help="auxiliary basis with --df and --molecule, e.g. cc-pvdz-ri "
+        "(default: what PySCF's mf.density_fit() picks)",
+    )
+
+
+def _df_options(args: argparse.Namespace) -> dict:
+    """``df`` and ``auxbasis`` for the driver, or a usage error for a meaningless pair."""
+    if args.auxbasis and not (args.df and args.molecule):
+        raise _UsageError(
+            f"--auxbasis {args.auxbasis!r} needs --df and --molecule (it picks PySCF's "
+            "auxiliary basis); add them or drop --auxbasis"
+        )
+    return {"df": True, "auxbasis": args.auxbasis} if args.df else {}
 
 
 def _system(args: argparse.Namespace, closed_shell: bool):
@@ -143,6 +168,7 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
     closed_shell = bool(args.closed_shell)
     system, name = _system(args, closed_shell)
     batch = _pairs(args.batch, "--batch") if args.batch else None
+    df_options = _df_options(args)
     start = time.perf_counter()
     run = drivers.solve_cc(
         system,
@@ -153,10 +179,11 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
         memory_budget=args.memory,
         verbose=not args.quiet,
         max_iter=args.max_iter,
+        **df_options,
     )
     seconds = time.perf_counter() - start
     res = run.result
-    basis = "closed-shell" if closed_shell else "spin-orbital"
+    basis = ("closed-shell" if closed_shell else "spin-orbital") + (", DF" if args.df else "")
     print(f"{method.upper()} on {name}, {basis}: {run.nocc} occupied, {run.nvirt} virtual")
     print(f"E(HF)              = {run.e_hf:.12f}")
     print(f"E_corr({method.upper()})       = {run.e_corr:.12f}")
