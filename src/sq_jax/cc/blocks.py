@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -343,22 +344,33 @@ class BlockBuilder:
         )
 
     def _four_index(self, parsed: Mapping[str, tuple[str, ...]]) -> dict[str, np.ndarray]:
+        def canonical(spaces: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+            # The smallest equivalent space order; each chemist block is computed once.
+            return min((tuple(spaces[k] for k in perm), perm) for perm in _CHEM_SYMMETRIES)
+
+        def needs(x: str, y: str, z: str, w: str) -> list[tuple[str, ...]]:
+            exchange = [(x, w, y, z)] if self.spin_orbital else []
+            return [(x, z, y, w), *exchange]  # ⟨xy|zw⟩ = (xz|yw), ⟨xy|wz⟩ = (xw|yz)
+
+        uses = Counter(canonical(c)[0] for s in parsed.values() for c in needs(*s))
         cache: dict[tuple[str, ...], np.ndarray] = {}
 
         def chem(spaces: tuple[str, ...]) -> np.ndarray:
-            # Each chemist block is computed once, for the smallest equivalent space order.
-            options = [(tuple(spaces[k] for k in perm), perm) for perm in _CHEM_SYMMETRIES]
-            canonical, perm = min(options)
-            if canonical not in cache:
-                cache[canonical] = self._source.chem(canonical)
-            return cache[canonical].transpose(np.argsort(perm))
+            key, perm = canonical(spaces)
+            if key not in cache:
+                cache[key] = self._source.chem(key)
+            block = cache[key].transpose(np.argsort(perm))
+            uses[key] -= 1
+            if not uses[key]:  # last use: drop it, so the peak stays near one block's size
+                del cache[key]
+            return block
 
         blocks = {}
         for key, (x, y, z, w) in parsed.items():
-            direct = chem((x, z, y, w)).transpose(0, 2, 1, 3)  # ⟨xy|zw⟩ = (xz|yw)
+            direct, *exchange = (chem(c) for c in needs(x, y, z, w))
+            direct = direct.transpose(0, 2, 1, 3)
             if self.spin_orbital:
-                exchange = chem((x, w, y, z)).transpose(0, 2, 3, 1)  # ⟨xy|wz⟩ = (xw|yz)
-                blocks[key] = _spin_block(direct, exchange)
+                blocks[key] = _spin_block(direct, exchange[0].transpose(0, 2, 3, 1))
             else:
                 blocks[key] = np.ascontiguousarray(direct)
         return blocks
