@@ -245,3 +245,11 @@ def test_cli_auxbasis_needs_df_and_a_molecule():
     with contextlib.redirect_stdout(out):
         assert main(["ccsd", "--auxbasis", "weigend"]) == 2
     assert "--auxbasis 'weigend' needs --df and --molecule" in out.getvalue()
+
+
+def test_implicit_energy_refuses_a_density_fitted_run():
+    from sq_jax.cc.implicit import implicit_energy
+
+    run = cc.ccsd(closed_shell=True, df=True, max_iter=3)  # the shipped system, exact factors
+    with pytest.raises(InputError, match="do not read g"):
+        implicit_energy(run)
