@@ -111,6 +111,7 @@ def _build_parser() -> _Parser:
             help="no SCF, no integrals: print the sizes, plan, predicted memory, FLOPs and "
             "estimated time per iteration (exit status 1 if --memory cannot be met)",
         )
+        _add_df_arguments(p)
     s = sub.add_parser("schedule", help="print the ordered schedule of equations")
     s.add_argument(
         "equations",
@@ -138,6 +139,30 @@ def _atoms(molecule: str) -> str:
     return atoms
 
 
+def _add_df_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--df",
+        action="store_true",
+        help="density-fitted equations (ccsd_cs_df / ccsd_so_df); the shipped system is "
+        "factorized exactly",
+    )
+    p.add_argument(
+        "--auxbasis",
+        help="auxiliary basis with --df and --molecule, e.g. cc-pvdz-ri "
+        "(default: what PySCF's mf.density_fit() picks)",
+    )
+
+
+def _df_options(args: argparse.Namespace) -> dict:
+    """``df`` and ``auxbasis`` for the driver, or a usage error for a meaningless pair."""
+    if args.auxbasis and not (args.df and args.molecule):
+        raise _UsageError(
+            f"--auxbasis {args.auxbasis!r} needs --df and --molecule (it picks PySCF's "
+            "auxiliary basis); add them or drop --auxbasis"
+        )
+    return {"df": True, "auxbasis": args.auxbasis} if args.df else {}
+
+
 def _system(args: argparse.Namespace, closed_shell: bool):
     if not args.molecule:
         return None, "H2O/STO-3G (shipped)"
@@ -153,6 +178,7 @@ def _system(args: argparse.Namespace, closed_shell: bool):
 
 def _dry_run(method: str, args: argparse.Namespace) -> int:
     """Print :func:`sq_jax.cc.forecast.dry_run`'s report; 1 when ``--memory`` is not met."""
+    from .df import df_from_spatial
     from .forecast import dry_run
     from .integrals import default_spatial_system
 
@@ -161,6 +187,7 @@ def _dry_run(method: str, args: argparse.Namespace) -> int:
         "closed_shell": bool(args.closed_shell),
         "batch": _pairs(args.batch, "--batch") if args.batch else None,
         "memory_budget": args.memory,
+        **_df_options(args),
     }
     if args.molecule:
         label = f"{args.molecule}/{args.basis}"
@@ -168,7 +195,9 @@ def _dry_run(method: str, args: argparse.Namespace) -> int:
     else:  # the shipped system's sizes (its stored integrals are not used)
         shipped = default_spatial_system()
         label = "H2O/STO-3G (shipped)"
-        report = dry_run(nocc=shipped.nocc, nvirt=shipped.nvirt, label=label, **options)
+        # --df factorizes the shipped integrals exactly (the driver's own factors).
+        naux = df_from_spatial(shipped).naux if args.df else None
+        report = dry_run(nocc=shipped.nocc, nvirt=shipped.nvirt, naux=naux, label=label, **options)
     print(report)
     return 1 if report.fits is False else 0
 
@@ -181,6 +210,7 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
     closed_shell = bool(args.closed_shell)
     system, name = _system(args, closed_shell)
     batch = _pairs(args.batch, "--batch") if args.batch else None
+    df_options = _df_options(args)
     start = time.perf_counter()
     run = drivers.solve_cc(
         system,
@@ -191,10 +221,11 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
         memory_budget=args.memory,
         verbose=not args.quiet,
         max_iter=args.max_iter,
+        **df_options,
     )
     seconds = time.perf_counter() - start
     res = run.result
-    basis = "closed-shell" if closed_shell else "spin-orbital"
+    basis = ("closed-shell" if closed_shell else "spin-orbital") + (", DF" if args.df else "")
     print(f"{method.upper()} on {name}, {basis}: {run.nocc} occupied, {run.nvirt} virtual")
     print(f"E(HF)              = {run.e_hf:.12f}")
     print(f"E_corr({method.upper()})       = {run.e_corr:.12f}")

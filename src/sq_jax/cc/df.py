@@ -39,9 +39,9 @@ import equinox as eqx
 import numpy as np
 
 from .._errors import InputError
-from .integrals import SpatialIntegrals, orbital_denominators
+from .integrals import SpatialIntegrals, orbital_denominators, rhf_orbitals
 
-__all__ = ["DFIntegrals", "df_from_spatial", "df_integrals"]
+__all__ = ["DFIntegrals", "auxbasis_name", "df_from_spatial", "df_integrals", "fitting"]
 
 
 class DFIntegrals(eqx.Module):
@@ -245,6 +245,48 @@ def _require_pyscf() -> Any:
     return df, lib, scf
 
 
+def fitting(mf: Any, auxbasis: Any = None) -> Any:
+    """PySCF's built density-fitting object for ``mf`` and the requested auxiliary basis.
+
+    ``auxbasis`` when given (any form ``pyscf.df.DF`` accepts), otherwise ``mf.with_df``
+    of a density-fitted SCF, otherwise ``pyscf.df.make_auxbasis(mol)`` — the basis
+    ``mf.density_fit()`` picks.
+
+    Args:
+        mf: a PySCF mean-field object.
+        auxbasis: the auxiliary basis, or ``None`` for the default described above.
+
+    Returns:
+        A built ``pyscf.df.DF`` (its three-index AO factors computed).
+
+    Example:
+        With PySCF: ``fitting(scf.RHF(mol).run(), "weigend").get_naoaux()``.
+
+        >>> fitting.__name__
+        'fitting'
+    """
+    df, _, _ = _require_pyscf()
+    with_df = getattr(mf, "with_df", None)
+    if auxbasis is not None or with_df is None:
+        with_df = df.DF(mf.mol)
+        with_df.auxbasis = df.make_auxbasis(mf.mol) if auxbasis is None else auxbasis
+    if getattr(with_df, "_cderi", None) is None:
+        with_df.build()
+    return with_df
+
+
+def auxbasis_name(with_df: Any) -> str:
+    """A short description of a density-fitting object's auxiliary basis (for reports).
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> auxbasis_name(SimpleNamespace(auxbasis="weigend"))
+        'weigend'
+    """
+    aux = with_df.auxbasis
+    return aux if isinstance(aux, str) else repr(aux)
+
+
 def df_integrals(mf: Any, auxbasis: Any = None) -> DFIntegrals:
     """Density-fitted closed-shell MO integrals from a converged PySCF RHF object.
 
@@ -276,40 +318,15 @@ def df_integrals(mf: Any, auxbasis: Any = None) -> DFIntegrals:
         ...     print(type(err).__name__)
         InputError
     """
-    df, lib, scf = _require_pyscf()
-    if not isinstance(mf, scf.hf.RHF) or isinstance(mf, scf.rohf.ROHF):
-        raise InputError(
-            f"Expected a converged PySCF RHF object (`pyscf.scf.RHF`); received "
-            f"`{type(mf).__name__}`. Run `scf.RHF(mol).run()` for a closed-shell molecule."
-        )
-    if getattr(mf, "mo_coeff", None) is None:
-        raise InputError(
-            "The RHF object has no orbitals (`mf.mo_coeff is None`); call `mf.run()` or "
-            "`mf.kernel()` before building integrals."
-        )
-    c = np.asarray(mf.mo_coeff, dtype=np.float64)
-    occ = np.asarray(mf.mo_occ)
-    nocc = int(np.count_nonzero(occ > 0))
-    if not np.all(occ[:nocc] > 0) or np.any(occ[nocc:] > 0):
-        raise InputError(
-            "RHF orbitals must be ordered occupied first; received occupations "
-            f"{occ.tolist()}. Sort `mf.mo_coeff` and `mf.mo_occ` by occupation."
-        )
-    mol = mf.mol
-    with_df = getattr(mf, "with_df", None)
-    if auxbasis is not None or with_df is None:
-        with_df = df.DF(mol)
-        with_df.auxbasis = df.make_auxbasis(mol) if auxbasis is None else auxbasis
-    if getattr(with_df, "_cderi", None) is None:
-        with_df.build()
+    _, lib, _ = _require_pyscf()
+    c, nocc, fock = rhf_orbitals(mf)
+    with_df = fitting(mf, auxbasis)
     nao, n = c.shape
     blocks = []
     for packed in with_df.loop():
         lao = lib.unpack_tril(np.asarray(packed)).reshape(-1, nao, nao)  # (K, μ, ν)
         blocks.append(np.einsum("Kmn,mp,nq->pqK", lao, c, c, optimize=True))
     b = np.ascontiguousarray(np.concatenate(blocks, axis=2))
-    fock = c.T @ np.asarray(mf.get_fock(), dtype=np.float64) @ c
-    aux = with_df.auxbasis
     return DFIntegrals(
         fock=fock,
         b=b,
@@ -317,5 +334,5 @@ def df_integrals(mf: Any, auxbasis: Any = None) -> DFIntegrals:
         nocc=nocc,
         nvirt=n - nocc,
         e_hf=float(mf.e_tot),
-        auxbasis=aux if isinstance(aux, str) else repr(aux),
+        auxbasis=auxbasis_name(with_df),
     )

@@ -26,14 +26,13 @@ from ..expr.parse import parse
 from ..expr.spaces import Spaces
 from ..forest.inputs import input_specs
 from ..lower.program import Program
+from .blocks import BlockBuilder, block_builder, read_blocks
 from .equations import available, load_equations
 from .integrals import (
     SpatialIntegrals,
     SpinOrbitalIntegrals,
     default_spatial_system,
     default_system,
-    spatial_integrals,
-    spin_orbital_integrals,
 )
 from .solvers import CCResult, antisymmetrize, solve_diis, solve_newton_krylov
 
@@ -81,7 +80,13 @@ class CCRun:
         return self.e_hf + self.e_corr
 
 
-def _integrals(system: Any, closed_shell: bool) -> SpinOrbitalIntegrals | SpatialIntegrals:
+def _integrals(
+    system: Any, closed_shell: bool, df: bool = False, auxbasis: Any = None
+) -> SpinOrbitalIntegrals | SpatialIntegrals | BlockBuilder:
+    # PySCF objects and density fitting go block by block: only what the equations read.
+    is_mean_field = hasattr(system, "mo_coeff") and hasattr(system, "mol")
+    if df or is_mean_field or auxbasis is not None:
+        return block_builder(system, spin_orbital=not closed_shell, df=df, auxbasis=auxbasis)
     if system is None:
         return default_spatial_system() if closed_shell else default_system()
     if isinstance(system, SpinOrbitalIntegrals | SpatialIntegrals):
@@ -92,11 +97,9 @@ def _integrals(system: Any, closed_shell: bool) -> SpinOrbitalIntegrals | Spatia
                 "pass the matching integrals or flip closed_shell."
             )
         return system
-    if hasattr(system, "mo_coeff") and hasattr(system, "mol"):  # a PySCF mean-field object
-        return spatial_integrals(system) if closed_shell else spin_orbital_integrals(system)
     raise InputError(
         f"system must be None (the shipped H2O/STO-3G), integrals, or a PySCF mean-field "
-        f"object; got {type(system).__name__}."
+        f"object; got {type(system).__name__} (DFIntegrals need df=True)."
     )
 
 
@@ -118,6 +121,8 @@ def solve_cc(
     memory_budget: int | str | None = None,
     remat: bool = False,
     verbose: bool = False,
+    df: bool = False,
+    auxbasis: Any = None,
     **solver_options: Any,
 ) -> CCRun:
     """Solve the CC amplitude equations with a compiled sq_jax program.
@@ -133,6 +138,10 @@ def solve_cc(
             (see :func:`sq_jax.compile`); the batch plan is then chosen for you.
         remat: wrap loop bodies in ``jax.checkpoint``.
         verbose: print one line per iteration.
+        df: density-fitted equations (``ccsd_cs_df`` / ``ccsd_so_df``) on three-index
+            factors: PySCF's with ``auxbasis`` (default: the basis ``mf.density_fit()``
+            picks), or the exact factorization of integrals given in memory.
+        auxbasis: the auxiliary basis for ``df=True`` with a PySCF object.
         **solver_options: passed to the solver (``max_iter``, ``e_tol``, ``t_tol`` …).
 
     Returns:
@@ -150,14 +159,15 @@ def solve_cc(
         raise InputError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}.")
     if solver not in SOLVERS:
         raise InputError(f"unknown solver {solver!r}; expected one of {', '.join(SOLVERS)}.")
-    name = f"{method}_{'cs' if closed_shell else 'so'}"
+    name = f"{method}_{'cs' if closed_shell else 'so'}{'_df' if df else ''}"
     if name not in available():
         raise InputError(
-            f"no shipped equations for {method} with closed_shell={closed_shell} "
+            f"no shipped equations for {method} with closed_shell={closed_shell}, df={df} "
             f"(available: {', '.join(available())})."
         )
-    ints = _integrals(system, closed_shell)
-    spaces = Spaces(i=ints.nocc, a=ints.nvirt)
+    ints = _integrals(system, closed_shell, df, auxbasis)
+    is_blocks = isinstance(ints, BlockBuilder)
+    spaces = ints.spaces() if is_blocks else Spaces(i=ints.nocc, a=ints.nvirt)
     equations = parse(load_equations(name), spaces=spaces)
     residual_eqs = [eq for eq in equations if eq.name in _RESIDUAL_OF]
     energy_eqs = [eq for eq in equations if eq.name == "E"]
@@ -165,7 +175,11 @@ def solve_cc(
     residual_program = compile_program(residual_eqs, spaces, batch=batch, remat=remat, **budget)
     energy_program = compile_program(energy_eqs, spaces)
 
-    integrals = {"f": jnp.asarray(ints.fock), "g": jnp.asarray(ints.eri)}
+    if is_blocks:  # build exactly the integral blocks the two programs read
+        ints = ints.build(read_blocks(residual_program, energy_program))
+        integrals = {k: jnp.asarray(v) for k, v in ints.inputs().items()}
+    else:
+        integrals = {"f": jnp.asarray(ints.fock), "g": jnp.asarray(ints.eri)}
     keys = [_RESIDUAL_OF[eq.name] for eq in residual_eqs]
     # Each program is given only what it reads (CCD's energy has no Fock term, say).
     fixed_r = _read_by(residual_program, integrals)

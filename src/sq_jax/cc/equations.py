@@ -8,7 +8,9 @@ that :func:`load_equations` drops. Conventions are SeQuant's:
 * ``f{p;q}`` is F[p, q]; ``g{p,q;r,s}:A`` is ⟨pq‖rs⟩ (spin-orbital files);
   ``g{p,q;r,s}`` is ⟨pq|rs⟩ over spatial orbitals and T2 is the αβ amplitude t_ij^ab
   (closed-shell ``_cs`` files, whose residuals are the αβ projections); in ``_df`` files
-  each ``g{p,q;r,s}`` is ``B{p,r;;Κ_1} * B{q,s;;Κ_1}`` with (pq|rs) ≈ Σ_K B[p,q,K] B[r,s,K];
+  each ``g{p,q;r,s}`` is ``B{p,r;;Κ_1} * B{q,s;;Κ_1}`` with (pq|rs) ≈ Σ_K B[p,q,K] B[r,s,K]
+  (``ccsd_so_df``: each ⟨pq‖rs⟩ is ``B{p,r;;Κ_1} * B{q,s;;Κ_1} - B{p,s;;Κ_1} * B{q,r;;Κ_1}``
+  over spin-orbitals, B[P,Q,K] = B[p,q,K] δ_σPσQ);
 * closed-shell residual terms start with ``Ŝ{i_1,i_2;a_1,a_2}``, the unnormalized sum over
   the simultaneous permutations of the (i_k, a_k) columns, all with sign +;
 * spin-orbital residual terms start with ``Â{i_1,i_2;a_1,a_2}``, the *unnormalized*
@@ -26,17 +28,20 @@ name            equations                                  terms (E, R1, R2)
 ``ccsd_cs``     closed-shell CCSD                          5, 26, 55
 ``ccd_cs``      closed-shell CCD                           2, —, 20
 ``ccsd_cs_df``  closed-shell CCSD, density-fitted ``g``    5, 26, 55
+``ccsd_so_df``  spin-orbital CCSD, density-fitted ``g``    5, 23, 58
 ==============  =========================================  ===================
 
 The term counts of ``ccsd_so`` are those of SeQuant's ``mbpt::CC{2}.t()``. The ``_cs``
 files were obtained by integrating out the spin of ``ccsd_so`` (αβ projection) and
-combining equal terms; their R1/R2 term counts happen to equal those of SeQuant's
-biorthogonal closed-shell CCSD, but the coefficients differ (a different projection).
+combining equal terms (``scripts/spin_trace_cs.py``); their R1/R2 term counts happen to
+equal those of SeQuant's biorthogonal closed-shell CCSD, but the coefficients differ (a
+different projection). ``ccsd_so_df`` is ``ccsd_so`` with each g-term split in two
+(``scripts/write_so_df_equations.py``).
 
 Example:
     >>> from sq_jax.cc.equations import available, load_equations
     >>> available()
-    ('ccd_cs', 'ccd_so', 'ccsd_cs', 'ccsd_cs_df', 'ccsd_so')
+    ('ccd_cs', 'ccd_so', 'ccsd_cs', 'ccsd_cs_df', 'ccsd_so', 'ccsd_so_df')
     >>> load_equations("ccd_so").splitlines()[0]
     'E = 1/4 g{i_1,i_2;a_1,a_2}:A * t{a_1,a_2;i_1,i_2}:A'
 """

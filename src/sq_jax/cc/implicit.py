@@ -187,6 +187,11 @@ class ImplicitEnergy:
         self._energy_program = run.energy_program
         self._reads_r = _reads(run.residual_program)
         self._reads_e = _reads(run.energy_program)
+        if "g" not in self._reads_r:  # the derivative is taken with respect to (f, g)
+            raise InputError(
+                "implicit_energy differentiates with respect to (f, g); this run's equations "
+                "do not read g (a density-fitted run, df=True). Run without df=True."
+            )
         self._project = _pair_symmetrize if self.closed_shell else antisymmetrize
         self._x0, self._unravel = ravel_pytree(
             {k: jnp.asarray(v, dtype=jnp.float64) for k, v in amplitudes.items()}

@@ -45,6 +45,7 @@ __all__ = [
     "default_spatial_system",
     "default_system",
     "read_sequant_tensor",
+    "rhf_orbitals",
     "spatial_integrals",
     "spin_orbital_from_spatial",
     "spin_orbital_integrals",
@@ -251,6 +252,45 @@ def _require_rhf(mf: Any) -> tuple[Any, Any]:
     return ao2mo, scf
 
 
+def rhf_orbitals(mf: Any) -> tuple[np.ndarray, int, np.ndarray]:
+    """The MO coefficients, occupied count and MO Fock matrix of a run PySCF RHF object.
+
+    The Fock matrix is the AO Fock matrix of the RHF density transformed to the MO basis
+    (as PySCF's coupled-cluster codes build it), so tiny off-diagonal elements of an
+    incompletely converged SCF are kept rather than dropped.
+
+    Args:
+        mf: a converged ``pyscf.scf.RHF`` object, occupied orbitals first.
+
+    Returns:
+        ``(mo_coeff, nocc, fock)`` with ``mo_coeff`` of shape (nao, n) and ``fock`` (n, n).
+
+    Raises:
+        InputError: if PySCF is not installed, ``mf`` is not a run RHF object, or its
+            orbitals are not ordered occupied first.
+
+    Example:
+        With PySCF: ``c, nocc, fock = rhf_orbitals(scf.RHF(mol).run())``. Anything else is
+        refused:
+
+        >>> try:
+        ...     rhf_orbitals(42)
+        ... except InputError as err:
+        ...     print(type(err).__name__)
+        InputError
+    """
+    _require_rhf(mf)
+    c = np.asarray(mf.mo_coeff, dtype=np.float64)
+    occ = np.asarray(mf.mo_occ)
+    nocc = int(np.count_nonzero(occ > 0))
+    if not np.all(occ[:nocc] > 0) or np.any(occ[nocc:] > 0):
+        raise InputError(
+            "RHF orbitals must be ordered occupied first; received occupations "
+            f"{occ.tolist()}. Sort `mf.mo_coeff` and `mf.mo_occ` by occupation."
+        )
+    return c, nocc, c.T @ np.asarray(mf.get_fock(), dtype=np.float64) @ c
+
+
 def spatial_integrals(mf: Any) -> SpatialIntegrals:
     """Closed-shell MO integrals from a converged PySCF RHF object.
 
@@ -277,16 +317,8 @@ def spatial_integrals(mf: Any) -> SpatialIntegrals:
         InputError
     """
     ao2mo, _ = _require_rhf(mf)
-    c = np.asarray(mf.mo_coeff)
-    occ = np.asarray(mf.mo_occ)
-    nocc = int(np.count_nonzero(occ > 0))
-    if not np.all(occ[:nocc] > 0) or np.any(occ[nocc:] > 0):
-        raise InputError(
-            "RHF orbitals must be ordered occupied first; received occupations "
-            f"{occ.tolist()}. Sort `mf.mo_coeff` and `mf.mo_occ` by occupation."
-        )
+    c, nocc, fock = rhf_orbitals(mf)
     n = c.shape[1]
-    fock = c.T @ np.asarray(mf.get_fock()) @ c
     chem = ao2mo.restore(1, ao2mo.full(mf.mol, c, compact=False), n).reshape((n,) * 4)
     return SpatialIntegrals(
         fock=fock,
