@@ -262,7 +262,7 @@ def _equation_set(method: str, closed_shell: bool, df: bool) -> str:
         raise InputError(
             f"no shipped equations for method={method!r}, closed_shell={closed_shell}, "
             f"df={df} (available: {', '.join(available())}); density fitting needs "
-            "method='ccsd' and closed_shell=True."
+            "method='ccsd'."
         )
     return name
 
