@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 
 import sq_jax as sq
-from corpus import CASES, SPACES, inputs_for, make_inputs
-from schedule_corpus import SPACES as SCHED_SPACES
-from schedule_corpus import TEXT_CASES, random_blocks
 from sq_jax._pipeline import compile
 from sq_jax.forest.inputs import input_specs
 from sq_jax.forest.reference import evaluate_forest
 from sq_jax.lower.instructions import Loop
 from sq_jax.plan import BatchPlan
+from tests.helpers.corpus import CASES, SPACES, inputs_for, make_inputs
+from tests.helpers.schedule_corpus import SPACES as SCHED_SPACES
+from tests.helpers.schedule_corpus import TEXT_CASES, random_blocks
 
 RTOL = 1e-12
 

@@ -56,10 +56,10 @@ def _child() -> dict:
     import time
 
     import jax.numpy as jnp
-
-    import test_lower
     from corpus import SPACES
     from schedule_corpus import random_blocks
+
+    import test_lower
     from sq_jax.cc.equations import load_equations
     from sq_jax.lower.shard import xla_bytes_per_device
 
