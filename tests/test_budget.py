@@ -316,7 +316,7 @@ CCSD_RUN_SPACES = sq.Spaces(i=6, a=16)
 @pytest.fixture(scope="module")
 def programs():
     """Budget-planned CCSD programs, from generous to tight: the unbatched program's
-    requirement, then 1/2, 1/4 and 1/8 of it (the W3 budgets of BENCHMARKS.md).
+    requirement, then 1/2, 1/4 and 1/8 of it (the W3 budgets of docs/benchmarks.md).
 
     Rows: (forest, budget, plan, program, compiled, inputs).
     """

@@ -28,7 +28,7 @@ from tests import cc_oracle_cs as oracle
 
 T1, T2 = "t{a;i}", "t{a,a;i,i}"
 H2O = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"
-# BENCHMARKS.md, PySCF 2.14 RCCSD, all electrons.
+# docs/benchmarks.md, "Reference numbers": PySCF 2.14 RCCSD, all electrons.
 E_RCCSD_631G = -0.13537949962050
 
 
