@@ -1,6 +1,6 @@
 """Time parse + build_forest on a synthetic 2,000-term residual (target: < 10 s).
 
-Run: /work/venv/bin/python bench/bench_forest.py [--terms 2000] [--repeat 3] [--json out.json]
+Run: .venv/bin/python bench/bench_forest.py [--terms 2000] [--repeat 3] [--json out.json]
 
 The expression is a CCSD-T2-like sum: each term is one of a few 2-4-factor templates
 (ladder, ring, quadratic) over tensors whose labels vary from term to term, with every

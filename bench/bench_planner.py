@@ -1,6 +1,6 @@
 """Memory-budget planner benchmark: spin-orbital CCSD at i=10, a=38 (H2O/cc-pVDZ sizes).
 
-Run: ``/work/venv/bin/python bench/bench_planner.py [--xla] [--out DIR]``.
+Run: ``.venv/bin/python bench/bench_planner.py [--xla] [--out DIR]``.
 
 For budgets of 1/2, 1/4 and 1/8 of the unbatched static peak, times
 :func:`sq_jax.plan.budget.plan_for_budget` (wall and CPU, median of ``--repeat`` cold

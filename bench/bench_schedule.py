@@ -1,6 +1,6 @@
 """Scheduler benchmark: a 48-term CCSD-like system and a long synthetic sum.
 
-Run: ``/work/venv/bin/python bench/bench_schedule.py [n_synthetic_terms]``. Prints the
+Run: ``.venv/bin/python bench/bench_schedule.py [n_synthetic_terms]``. Prints the
 times of parse+forest build (not the scheduler's) and of scheduling, against targets
 (48 terms with two batched spaces: < 2 s; 1,000-term sum: < 10 s).
 """
@@ -11,9 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test helpers: tests/helpers
 
-import schedule_corpus as corpus
+from tests.helpers import schedule_corpus as corpus
+
 import sq_jax as sq
 from sq_jax.plan import BatchPlan
 from sq_jax.schedule import schedule_forest

@@ -13,8 +13,8 @@ that the sharded program runs, stays exact, and what each device holds.
 
 Usage::
 
-    python bench/bench_shard.py                      # i=8, a=24, a in 8 batches
-    python bench/bench_shard.py --nocc 6 --nvirt 16 --batches 8 --repeat 3 \\
+    .venv/bin/python bench/bench_shard.py            # i=8, a=24, a in 8 batches
+    .venv/bin/python bench/bench_shard.py --nocc 6 --nvirt 16 --batches 8 --repeat 3 \\
         --json bench/bench_shard.json
 """
 

@@ -32,7 +32,7 @@ from sq_jax.cc.integrals import SpatialIntegrals, SpinOrbitalIntegrals
 from sq_jax.forest.inputs import block_key, input_specs
 
 H2O = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"
-# Not used for the figures of BENCHMARKS.md (its geometries for these two are not
+# Not used for the figures of docs/benchmarks.md (its geometries for these two are not
 # recorded there): a common water-dimer and benzene geometry, for --large only.
 H2O_DIMER = (
     "O -1.551007 -0.114520 0.000000; H -1.934259 0.762503 0.000000; "
@@ -51,7 +51,7 @@ BENZENE = (
 
 @dataclasses.dataclass(frozen=True)
 class SystemSpec:
-    """One molecule/basis of BENCHMARKS.md, with its reference numbers (None: not given)."""
+    """One molecule/basis of docs/benchmarks.md, with its reference numbers (None: not given)."""
 
     name: str
     atom: str

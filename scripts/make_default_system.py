@@ -6,7 +6,7 @@ energies and PySCF's iteration counts at the thresholds used by the sq_jax solve
 
 Needs PySCF. Run from the repository root:
 
-    /work/venv/bin/python scripts/make_default_system.py
+    .venv/bin/python scripts/make_default_system.py
 """
 
 from __future__ import annotations

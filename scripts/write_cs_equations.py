@@ -1,9 +1,9 @@
 """Write ccsd_cs.txt, ccd_cs.txt and ccsd_cs_df.txt from spin_trace_cs.py output.
 
 Usage (from the repository root):
-    python scripts/spin_trace_cs.py > /tmp/ccsd_cs.lines
-    python scripts/spin_trace_cs.py --ccd > /tmp/ccd_cs.lines
-    python scripts/write_cs_equations.py /tmp/ccsd_cs.lines /tmp/ccd_cs.lines
+    .venv/bin/python scripts/spin_trace_cs.py > ccsd_cs.lines
+    .venv/bin/python scripts/spin_trace_cs.py --ccd > ccd_cs.lines
+    .venv/bin/python scripts/write_cs_equations.py ccsd_cs.lines ccd_cs.lines
 """
 
 import re

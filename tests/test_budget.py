@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import sq_jax as sq
-from schedule_corpus import TEXT_CASES, random_case, text_case
 from sq_jax.cc.equations import load_equations
 from sq_jax.forest.inputs import input_specs
 from sq_jax.lower.instructions import lower_schedule
@@ -17,6 +16,7 @@ from sq_jax.plan import BatchPlan, SpaceBatch, budget
 from sq_jax.plan.budget import format_bytes, parse_bytes, plan_for_budget, required_bytes
 from sq_jax.schedule import schedule_forest
 from sq_jax.schedule.cost import flop_terms, schedule_flops
+from tests.helpers.schedule_corpus import TEXT_CASES, random_case, text_case
 
 CCSD_SPACES = sq.Spaces(i=4, a=8)
 """Small enough to plan in seconds; the planner's cost is the number of schedules, which
@@ -316,7 +316,7 @@ CCSD_RUN_SPACES = sq.Spaces(i=6, a=16)
 @pytest.fixture(scope="module")
 def programs():
     """Budget-planned CCSD programs, from generous to tight: the unbatched program's
-    requirement, then 1/2, 1/4 and 1/8 of it (the W3 budgets of BENCHMARKS.md).
+    requirement, then 1/2, 1/4 and 1/8 of it (the W3 budgets of docs/benchmarks.md).
 
     Rows: (forest, budget, plan, program, compiled, inputs).
     """

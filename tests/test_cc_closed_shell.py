@@ -14,8 +14,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import cc_oracle as so_oracle
-import cc_oracle_cs as oracle
 import sq_jax as sq
 from sq_jax.cc.equations import available, load_equations
 from sq_jax.cc.integrals import (
@@ -25,10 +23,12 @@ from sq_jax.cc.integrals import (
     spin_orbital_from_spatial,
 )
 from sq_jax.cc.solvers import solve_diis
+from tests import cc_oracle as so_oracle
+from tests import cc_oracle_cs as oracle
 
 T1, T2 = "t{a;i}", "t{a,a;i,i}"
 H2O = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"
-# BENCHMARKS.md, PySCF 2.14 RCCSD, all electrons.
+# docs/benchmarks.md, "Reference numbers": PySCF 2.14 RCCSD, all electrons.
 E_RCCSD_631G = -0.13537949962050
 
 

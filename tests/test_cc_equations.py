@@ -13,12 +13,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import cc_oracle as oracle
 import sq_jax as sq
 from sq_jax import InputError
 from sq_jax.cc.equations import available, load_equations
 from sq_jax.cc.integrals import default_reference, default_system
 from sq_jax.cc.solvers import solve_diis
+from tests import cc_oracle as oracle
 
 T1, T2 = "t{a;i}", "t{a,a;i,i}"
 

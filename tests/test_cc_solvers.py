@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import cc_oracle as oracle
 from sq_jax import InputError
 from sq_jax.cc.integrals import default_reference, default_system
 from sq_jax.cc.solvers import (
@@ -23,6 +22,7 @@ from sq_jax.cc.solvers import (
     solve_diis,
     solve_newton_krylov,
 )
+from tests import cc_oracle as oracle
 
 
 @pytest.fixture(scope="module")

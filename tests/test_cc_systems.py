@@ -6,7 +6,7 @@ counts; RCCSD and RCCD then continued to 1e-12/1e-10 for reference energies, sin
 1e-10 stop leaves PySCF's own energy up to ~1e-9 from the limit). Checks:
 
 * |E_corr − PySCF| < 1e-9 Eh for spin-orbital CCSD (the RCCSD limit equals GCCSD's, and
-  BENCHMARKS.md's figure), spin-orbital CCD (= RCCD for a closed-shell molecule) and
+  docs/benchmarks.md's figure), spin-orbital CCD (= RCCD for a closed-shell molecule) and
   closed-shell CCSD (RCCSD);
 * DIIS iterations ≤ 1.1 × PySCF's cycles (GCCSD for spin-orbital CCSD, RCCD, RCCSD);
 * one batched plan per basis gives the unbatched energy;
@@ -35,7 +35,7 @@ from pyscf.cc import ccd as pyscf_ccd  # noqa: E402
 
 H2O = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"
 BASES = ("sto-3g", "6-31g", "cc-pvdz")
-# BENCHMARKS.md: PySCF 2.14 RCCSD, converged tightly.
+# docs/benchmarks.md, "Reference numbers": PySCF 2.14 RCCSD, converged tightly.
 E_RCCSD_BENCHMARK = {
     "sto-3g": -0.04943856303089,
     "6-31g": -0.13537949962050,

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import sq_jax as sq
-from corpus import CASES, SPACES
 from sq_jax.expr.nodes import (
     Constant,
     Equation,
@@ -22,7 +21,8 @@ from sq_jax.expr.nodes import (
 )
 from sq_jax.forest.canon import leaf_node, product_node, sum_node
 from sq_jax.forest.nodes import NodeKind
-from test_cse import evaluate_direct, evaluate_roots
+from tests.helpers.corpus import CASES, SPACES
+from tests.helpers.dense_eval import evaluate_direct, evaluate_roots
 
 
 def build(text: str, **extents: int) -> sq.Forest:

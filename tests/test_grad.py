@@ -9,8 +9,8 @@ import pytest
 from jax.test_util import check_grads
 
 import sq_jax as sq
-from schedule_corpus import TEXT_CASES, random_blocks
 from sq_jax._pipeline import compile
+from tests.helpers.schedule_corpus import TEXT_CASES, random_blocks
 
 RTOL = 1e-10
 SPACES = sq.Spaces(i=3, a=4, Κ=5)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 import sq_jax as sq
-from schedule_corpus import SPACES, TEXT_CASES, schedule_text, text_case
 from sq_jax.expr.nodes import Index
 from sq_jax.plan import BatchPlan, annotate
 from sq_jax.schedule.errors import DemotionFixpointError, UnknownValueError
@@ -20,7 +19,9 @@ from sq_jax.schedule.legality import (
     forced_split_demotions,
     forced_split_types,
 )
-from sq_jax.schedule.rich import OccurrenceRec, RichSchedule, ValueCell, compute_dag_boulevard
+from sq_jax.schedule.rich import OccurrenceRec, RichSchedule, compute_dag_boulevard
+from tests.helpers.hand_schedules import hand_ac12
+from tests.helpers.schedule_corpus import SPACES, TEXT_CASES, schedule_text, text_case
 
 I1, I2, I3, I4, A1, A3, K1 = (
     Index("i", 1),
@@ -151,41 +152,8 @@ def test_unknown_value_error_names_the_value():
     assert "g{a_1,a_2;a_3,a_4}" in str(err.value)
 
 
-def _hand_ac12() -> tuple[RichSchedule, LegalitySchedule]:
-    """AC-12's hand-built graph: Pu=4 reads {1, 3}; Wc=5 reads {0, 1, 2}."""
-    occs = {
-        0: [(0, 50)],
-        1: [(10, 40), (11, 50)],
-        2: [(20, 50)],
-        3: [(30, 40)],
-        4: [(40, 40)],
-        5: [(50, 50)],
-    }
-    cells = []
-    for v, pts in occs.items():
-        recs = tuple(OccurrenceRec(p, c, carried=(I1,), loop_slot=(0,)) for p, c in pts)
-        first, last = min(p for p, _ in pts), max(c for _, c in pts)
-        cells.append(
-            ValueCell(v, 1000 + v, 1000 + v, False, (I1,), (), (), (), first, last, -1, recs)
-        )
-    rich = RichSchedule(tuple(cells), 51)
-    legs = []
-    for v in range(6):
-        role = LC if v in (0, 5) else LL
-        legs.append(
-            CellLegality(
-                1000 + v,
-                (I1,),
-                (AxisClass(I1, role),),
-                () if role is LC else (I1,),
-                (I1,) if role is LC else (),
-            )
-        )
-    return rich, LegalitySchedule(tuple(legs))
-
-
 def test_ac12_single_sided_demotion_trigger():
-    rich, leg = _hand_ac12()
+    rich, leg = hand_ac12()
     assert sorted(forced_split_demotions(rich, leg)) == [(1001, "i"), (1002, "i")]
 
 

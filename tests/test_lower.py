@@ -9,20 +9,25 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 
 import sq_jax as sq
-from corpus import CASES, SPACES, inputs_for, make_inputs
-from schedule_corpus import SPACES as SCHED_SPACES
-from schedule_corpus import TEXT_CASES, random_blocks
 from sq_jax._pipeline import compile
 from sq_jax.forest.inputs import input_specs
 from sq_jax.forest.reference import evaluate_forest
 from sq_jax.lower.instructions import Loop
 from sq_jax.plan import BatchPlan
+from tests.helpers.corpus import (
+    CASES,
+    COMBINED,
+    COMBINED_NAMES,
+    SPACES,
+    inputs_for,
+    make_inputs,
+)
+from tests.helpers.schedule_corpus import SPACES as SCHED_SPACES
+from tests.helpers.schedule_corpus import TEXT_CASES, random_blocks
 
 RTOL = 1e-12
 
@@ -51,21 +56,6 @@ def test_unbatched_program_matches_handwritten_oracle(case):
 
 # -- the whole corpus as one system, under a sweep of plans -------------------------------
 
-
-def _combined_text() -> tuple[str, dict[str, tuple[str, str]]]:
-    """All corpus equations, each left-hand side renamed ``X<k><name>``."""
-    lines, names = [], {}
-    for k, case in enumerate(CASES):
-        for line in case.text.splitlines():
-            m = re.match(r"\s*([A-Za-z]+)", line)
-            assert m is not None
-            new = f"X{k}{m.group(1)}"
-            names[new] = (case.name, m.group(1))
-            lines.append(line.replace(m.group(1), new, 1))
-    return "\n".join(lines), names
-
-
-COMBINED, COMBINED_NAMES = _combined_text()
 
 # NO=3, NV=4, NK=5: blocks of 2 or 3 leave remainders; batches=2 on `a` divides.
 PLANS = {

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sq_jax as sq
-from schedule_corpus import random_blocks
 from sq_jax._pipeline import compile
 from sq_jax.forest.reference import evaluate_forest
 from sq_jax.plan import BatchPlan
+from tests.helpers.schedule_corpus import random_blocks
 
 SPACES = sq.Spaces(i=3, a=4, Κ=5)
 POOL = {"i": ["i1", "i2", "i3", "i4", "i5"], "a": ["a1", "a2", "a3", "a4", "a5"], "Κ": ["K1"]}

@@ -173,7 +173,7 @@ def test_notebook_executes(path, tmp_path):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python tests/test_notebooks.py NOTEBOOK... [--inplace | --output FILE]``."""
+    """``.venv/bin/python tests/test_notebooks.py NOTEBOOK... [--inplace | --output FILE]``."""
     parser = argparse.ArgumentParser(description="Execute notebooks in a fresh kernel.")
     parser.add_argument("notebooks", nargs="+", type=Path)
     where = parser.add_mutually_exclusive_group(required=True)

@@ -12,23 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sq_jax as sq
-from schedule_corpus import (
-    CC_PLANS,
-    CC_SETS,
-    SPACES,
-    TEXT_CASES,
-    assert_matches_reference,
-    cc_forest,
-    check_invariants,
-    forest_of,
-    leaf,
-    mul,
-    random_blocks,
-    random_case,
-    run_schedule,
-    schedule_text,
-    text_case,
-)
 from sq_jax.expr.nodes import Index, Variable
 from sq_jax.forest.canon import scalar_node, sum_node
 from sq_jax.plan import BatchPlan, LoopKind, annotate
@@ -56,7 +39,24 @@ from sq_jax.schedule.ordered import (
 )
 from sq_jax.schedule.peak import dag_path, peak_profile_sweep
 from sq_jax.schedule.rich import OccurrenceRec, RichSchedule, ValueCell, compute_dag_boulevard
-from test_legality import _hand_ac12
+from tests.helpers.hand_schedules import hand_ac12
+from tests.helpers.schedule_corpus import (
+    CC_PLANS,
+    CC_SETS,
+    SPACES,
+    TEXT_CASES,
+    assert_matches_reference,
+    cc_forest,
+    check_invariants,
+    forest_of,
+    leaf,
+    mul,
+    random_blocks,
+    random_case,
+    run_schedule,
+    schedule_text,
+    text_case,
+)
 
 SUM, SCATTER = OutputKind.ACCUMULATE_SUM, OutputKind.ACCUMULATE_SCATTER
 I1, I2, K1 = Index("i", 1), Index("i", 2), Index("Κ", 1)
@@ -195,7 +195,7 @@ def test_ac11_forced_split_realizes_sibling_pass_blocks():
 def test_ac12_in_pass_terms():
     """AC-12 in V2 pass terms: Vsole joins the consumer pass, Vboth stays in the producer
     pass and is materialized across the split (rule 4: BuildStep + Scatter output)."""
-    rich, leg = _hand_ac12()
+    rich, leg = hand_ac12()
     deps, _ = rich.dependencies()
     assert forced_split_levels(deps, {0, 5}, set()) == (0, 0, 1, 0, 0, 1)
     sched = build_ordered_schedule(rich, leg)

@@ -1,4 +1,4 @@
-"""Parser tests: the grammar of the SeQuant text syntax (§2 of the syntax digest),
+"""Parser tests: the grammar of the SeQuant text syntax (``docs/syntax.md``),
 conversion to IR, options, error messages, symmetrizer expansion, and scale."""
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from sq_jax import (
 )
 from sq_jax.expr.symmetrize import expand_symmetrizers
 
-# The §2.7 examples use SeQuant's SR/test registries: `e` (virtual-like, SR convention),
+# The examples (``docs/syntax.md``, "Examples") use SeQuant's SR/test registries: `e`
+# (virtual-like, SR convention),
 # `x` (auxiliary in the export tests) and `u` (active). They are not in sq_jax's default
 # registry, so the tests register them explicitly.
 SR_SPACES = (
@@ -57,7 +58,7 @@ def expr(text: str, **kw):
     return sq.parse_expr(text, spaces=SR_SPACES, **kw)
 
 
-# -- §2.7 examples: each parses and round-trips ---------------------------------------------
+# -- syntax examples: each parses and round-trips ---------------------------------------------
 
 EXAMPLE_EXPRESSIONS = [
     "t{}",

@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedule_corpus import TEXT_CASES, random_case, text_case
 from sq_jax.expr.nodes import Index
 from sq_jax.plan import BatchPlan, annotate
 from sq_jax.schedule import schedule_forest
@@ -20,6 +19,7 @@ from sq_jax.schedule.peak import (
     peak_profile_sweep,
 )
 from sq_jax.schedule.rich import compute_dag_boulevard
+from tests.helpers.schedule_corpus import TEXT_CASES, random_case, text_case
 
 O1, I1, A1, X1 = Index("o", 1), Index("i", 1), Index("a", 1), Index("x", 1)
 

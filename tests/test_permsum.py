@@ -29,7 +29,12 @@ from sq_jax.lower.instructions import Combine, Loop, lower_schedule
 from sq_jax.plan import BatchPlan
 from sq_jax.schedule import schedule_forest
 from sq_jax.schedule.cost import schedule_flops
-from test_cse import evaluate_direct, evaluate_occurrences, evaluate_roots, occurrences_by_key
+from tests.helpers.dense_eval import (
+    evaluate_direct,
+    evaluate_occurrences,
+    evaluate_roots,
+    occurrences_by_key,
+)
 
 A1, A2, A3 = Index("a", 1), Index("a", 2), Index("a", 3)
 I1, I2, I3 = Index("i", 1), Index("i", 2), Index("i", 3)

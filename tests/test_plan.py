@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 import sq_jax as sq
-from schedule_corpus import SPACES, forest_of, leaf, mul, text_case
 from sq_jax.expr.nodes import Index
 from sq_jax.plan import (
     BatchPlan,
@@ -18,6 +17,7 @@ from sq_jax.plan import (
     preorder,
     summed_indices,
 )
+from tests.helpers.schedule_corpus import SPACES, forest_of, leaf, mul, text_case
 
 
 def test_space_batch_sizes_with_remainders():

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import sq_jax as sq
-from corpus import CASES, SPACES, inputs_for, make_inputs
 from sq_jax.forest.inputs import bind_inputs, input_specs
+from tests.helpers.corpus import CASES, SPACES, inputs_for, make_inputs
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

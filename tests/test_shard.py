@@ -57,11 +57,10 @@ def _child() -> dict:
 
     import jax.numpy as jnp
 
-    import test_lower
-    from corpus import SPACES
-    from schedule_corpus import random_blocks
     from sq_jax.cc.equations import load_equations
     from sq_jax.lower.shard import xla_bytes_per_device
+    from tests.helpers.corpus import COMBINED, SPACES
+    from tests.helpers.schedule_corpus import random_blocks
 
     devices = jax.devices()
     out: dict = {"device_count": len(devices), "forward": [], "grad": [], "memory": []}
@@ -89,12 +88,10 @@ def _child() -> dict:
             )
 
     # the corpus as one system: 4 batches (all roles), 5 (contracted Κ), 2 with remainder
-    forest = sq.build_forest(sq.parse(test_lower.COMBINED, spaces=SPACES), SPACES)
+    forest = sq.build_forest(sq.parse(COMBINED, spaces=SPACES), SPACES)
     x = random_blocks(forest, seed=5)
-    compare("corpus a:4", test_lower.COMBINED, SPACES, {"a": {"block": 1}}, x)
-    compare(
-        "corpus K:5", test_lower.COMBINED, SPACES, {"Κ": {"block": 1, "roles": "contracted"}}, x
-    )
+    compare("corpus a:4", COMBINED, SPACES, {"a": {"block": 1}}, x)
+    compare("corpus K:5", COMBINED, SPACES, {"Κ": {"block": 1, "roles": "contracted"}}, x)
     lap("corpus")
 
     # a CCSD residual: 6 batches of the outermost virtual loop, R1 and R2 scattered
@@ -166,7 +163,8 @@ def summary() -> dict:
     ).strip()
     env["JAX_PLATFORMS"] = "cpu"
     proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve())],
+        [sys.executable, "-m", "tests.test_shard"],  # as a module: `tests.helpers` imports
+        cwd=Path(__file__).resolve().parents[1],
         env=env,
         capture_output=True,
         text=True,

@@ -36,7 +36,7 @@ from ..plan.budget import format_bytes
 
 __all__ = ["main"]
 
-# H2O as in BENCHMARKS.md (Å).
+# H2O as in docs/benchmarks.md, "Systems" (Å).
 MOLECULES = {
     "h2o": "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692",
 }

@@ -2,7 +2,7 @@
 
 A hand-written tokenizer and recursive-descent parser for the syntax of SeQuant's
 ``deserialize`` (formerly ``parse_expr``), documented in
-``shared/reference/sequant-text-syntax.md`` §2. Sums and products are parsed with loops,
+``docs/syntax.md``, "Grammar". Sums and products are parsed with loops,
 so a line of thousands of terms needs no deep recursion; only parenthesis nesting
 recurses (bounded by ``_MAX_DEPTH``).
 

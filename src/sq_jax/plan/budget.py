@@ -4,7 +4,7 @@ Users say how much memory they have, not which modes to batch. :func:`plan_for_b
 chooses the batched spaces, their roles (external / contracted) and their batch counts
 that minimise the FLOPs of the scheduled program, recomputation included
 (:func:`sq_jax.schedule.cost.schedule_flops`), subject to its memory fitting the budget
-— SeQuant's "perf-first" objective (``SCHEDULER.md`` §3).
+— SeQuant's "perf-first" objective (``docs/schedule.md``, "Loop placement").
 
 **What the budget counts.** What the compiled program allocates, as XLA's
 ``memory_analysis()`` reports it (temporaries + outputs): every intermediate, the
@@ -36,7 +36,7 @@ total batches, configuration order)``: at equal FLOPs the plan with fewer batche
 then fewer loops, then fewer batches wins. The result is deterministic. The returned plan
 is scheduled once more to check its peak and FLOPs against the model.
 
-References: SeQuant's batched-evaluation digest (§3 of ``SCHEDULER.md``); cotengra's
+References: SeQuant's batched evaluation (``docs/schedule.md``); cotengra's
 slicing search for the idea of pricing recomputation against memory (not its code).
 
 External loops open at the roots, or at the reads of the values a permuted sum reads

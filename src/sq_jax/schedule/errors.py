@@ -1,7 +1,7 @@
 """The scheduler's refusals: one :class:`~sq_jax.ScheduleError` subclass per case.
 
-Each class is one row of the error table of the scheduler design digest (§12.1, V2
-column): every input the scheduler cannot express raises, never asserts. Messages name
+Each class is one row of the "Errors" table of ``docs/schedule.md`` (SeQuant's
+V2 rules): every input the scheduler cannot express raises, never asserts. Messages name
 the value (its id and expression), the loops involved, and how to fix the input.
 
 Example:

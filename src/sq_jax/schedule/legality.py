@@ -14,8 +14,8 @@ node) and the role of each of them (:class:`LoopRole`):
 * ``LoopInvariant`` — the loop encloses the value but the value does not touch it
   (never stored: it is the *absence* of an entry).
 
-References: the scheduler digest §5, SeQuant's ``legality.hpp`` documentation
-(``shared/reference/seeds``). Build sites come from the loop annotations (V2), not from a
+References: ``docs/schedule.md``, "Legality" (SeQuant's ``legality.hpp``, re-derived).
+Build sites come from the loop annotations (V2), not from a
 policy predicate.
 
 Deliberate deviation: :func:`classify_axis` calls an axis that the value *itself* sums

@@ -1,8 +1,8 @@
 """The ordered schedule: loop instances realized as nested blocks of ordered steps.
 
 :func:`build_ordered_schedule` lowers a rich schedule and its legality into an
-:class:`~sq_jax.schedule.ir.OrderedSchedule` (V2 semantics; scheduler digest §6.6 and
-SeQuant's as-built design §6, re-derived here):
+:class:`~sq_jax.schedule.ir.OrderedSchedule` (V2 semantics; ``docs/schedule.md``, "Ordered
+schedule"; SeQuant's design, re-derived here):
 
 1. **Loop tree.** Loop instances ``(space, slot)`` found in any value's roles are
    ordered — spaces by ``mode_order`` then alphabetically, slots ascending, adjusted by

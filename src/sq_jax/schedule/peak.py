@@ -7,7 +7,7 @@ iteration stands for each loop. :func:`peak_profile_sweep` finds the peak with a
 difference array in ``O(points + values)``; :func:`peak_profile_replay` is the
 independent ``O(points × values)`` oracle the tests compare it with.
 
-References: scheduler digest §7; tinygrad's memory planner and cotengra's peak-size
+References: ``docs/schedule.md``, "Peak profile"; tinygrad's memory planner and cotengra's peak-size
 analysis for the sweep shape. Known limitations: the model ignores XLA's buffer reuse
 and fusion; inputs (leaves) are left out unless asked for.
 

@@ -2,8 +2,7 @@
 
 :func:`compute_dag_boulevard` linearizes an annotated forest into the facts every later
 pass reads. It follows SeQuant's as-built "loops first, values second" design (see
-``shared/reference/sequant-schedule-digest.md`` §4 and SeQuant's
-``doc/dev/specs/2026-09-12-batched-array-dag-eval-as-built.md`` §5), in our own code:
+``docs/schedule.md``, "Rich schedule"), in our own code:
 
 1. **Points.** A global post-order counter over the whole forest (children before parent,
    trees in forest order, leaves included). A root's consumer point is its own point.
@@ -32,7 +31,7 @@ pass reads. It follows SeQuant's as-built "loops first, values second" design (s
    swapped, repeats ``Y``'s whole subtree; those repeats do not keep ``Y``'s operands
    alive.)
 
-Leaves are inputs (``SCHEDULER.md`` §1): a leaf (or scalar) gets a cell so it can be
+Leaves are inputs (``docs/schedule.md``, "Semantics"): a leaf (or scalar) gets a cell so it can be
 named, but it never folds loops and is never scheduled; its occurrences keep their
 per-position ``loop_slot`` so a consumer can slice it on use.
 

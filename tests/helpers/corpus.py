@@ -11,6 +11,7 @@ CCSD T1/T2-like terms, sums sharing intermediates, nested sums, variables.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -137,3 +138,24 @@ def inputs_for(case: Case, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarra
     for spec in input_specs(forest):
         wanted.add(spec.block_key if spec.block_key in inputs else spec.label)
     return {k: v for k, v in inputs.items() if k in wanted}
+
+
+# -- the whole corpus as one system ------------------------------------------------------
+
+
+def _combined_text() -> tuple[str, dict[str, tuple[str, str]]]:
+    """All corpus equations as one system, each left-hand side renamed ``X<k><name>``;
+    with the map from new name to (case name, old name). Used by test_lower and test_shard.
+    """
+    lines, names = [], {}
+    for k, case in enumerate(CASES):
+        for line in case.text.splitlines():
+            m = re.match(r"\s*([A-Za-z]+)", line)
+            assert m is not None
+            new = f"X{k}{m.group(1)}"
+            names[new] = (case.name, m.group(1))
+            lines.append(line.replace(m.group(1), new, 1))
+    return "\n".join(lines), names
+
+
+COMBINED, COMBINED_NAMES = _combined_text()

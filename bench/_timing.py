@@ -1,0 +1,109 @@
+"""Timing primitives of the benchmarks: interleaved medians, the matmul reference and a
+compile split into its phases (sq_jax passes, JAX lowering, XLA compile, first call).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sq_jax.lower.aot import compiler_options
+
+SQ_XLA = compiler_options()
+"""The XLA options sq_jax programs compile with (what a top-level call uses)."""
+
+
+def log(*a: Any) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
+
+
+def interleaved(fns: dict[str, Callable[[], Any]], reps: int, warm: int = 1) -> dict:
+    """Round-robin ``reps`` timed calls of every function (after ``warm`` untimed rounds);
+    returns per name the median, min and all samples (seconds, block_until_ready)."""
+    for _ in range(warm):
+        for f in fns.values():
+            jax.block_until_ready(f())
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for r in range(reps):
+        order = list(fns) if r % 2 == 0 else list(reversed(fns))  # no fixed first/last slot
+        for k in order:
+            t0 = time.perf_counter()
+            jax.block_until_ready(fns[k]())
+            samples[k].append(time.perf_counter() - t0)
+    return {
+        k: {"median_s": statistics.median(v), "min_s": min(v), "samples": [round(x, 5) for x in v]}
+        for k, v in samples.items()
+    }
+
+
+def matmul_fn(n: int = 2000) -> tuple[Callable[[], Any], int]:
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((n, n)))
+    f = jax.jit(lambda a: a @ a).lower(x).compile()
+    return (lambda: f(x)), 2 * n**3
+
+
+def compile_timed(
+    compile_fn: Callable[[], Any],
+    jitted_of: Callable[[Any], Any],
+    args_of: Callable[[Any], tuple],
+    options: dict | None = None,
+) -> dict:
+    """Phases of a compile: sq_jax passes (``compile_fn``), jax lower, XLA compile (with
+    XLA ``options``), first call; returns the compiled executable and the times."""
+    t0 = time.perf_counter()
+    obj = compile_fn()
+    t1 = time.perf_counter()
+    args = args_of(obj)
+    lowered = jitted_of(obj).lower(*args)
+    t2 = time.perf_counter()
+    compiled = lowered.compile(options)
+    t3 = time.perf_counter()
+    jax.block_until_ready(compiled(*args))
+    t4 = time.perf_counter()
+    ma = compiled.memory_analysis()
+    try:
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, list | tuple) else cost
+        xla_flops = float(cost.get("flops", float("nan")))
+    except Exception:
+        xla_flops = float("nan")
+    return {
+        "obj": obj,
+        "compiled": compiled,
+        "args": args,
+        "passes_s": t1 - t0,
+        "lower_s": t2 - t1,
+        "xla_compile_s": t3 - t2,
+        "first_call_s": t4 - t3,
+        "compile_s": t3 - t0,  # passes + lower + XLA compile
+        "total_first_s": t4 - t0,  # ... + first call
+        "xla_temp": int(ma.temp_size_in_bytes),
+        "xla_output": int(ma.output_size_in_bytes),
+        "xla_argument": int(ma.argument_size_in_bytes),
+        "xla_flops": xla_flops,
+    }
+
+
+def strip(rec: dict) -> dict:
+    return {k: v for k, v in rec.items() if k not in ("obj", "compiled", "args")}
+
+
+def maxdiff(a: dict, b: dict, keys=("R1", "R2")) -> float:
+    return max(float(np.max(np.abs(np.asarray(a[k]) - np.asarray(b[k])))) for k in keys)
+
+
+def median_alone(f: Callable, reps: int, *args: Any) -> float:
+    """Median seconds of ``reps`` calls of ``f(*args)`` after one warm-up call."""
+    jax.block_until_ready(f(*args))
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(*args))
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
