@@ -14,3 +14,4 @@ from .drivers import solve_cc as solve_cc
 from .implicit import ImplicitEnergy as ImplicitEnergy
 from .implicit import converged_energy as converged_energy
 from .implicit import implicit_energy as implicit_energy
+from .sequant_files import load_sequant_system as load_sequant_system
