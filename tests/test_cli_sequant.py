@@ -146,3 +146,10 @@ def test_cli_file_option_errors(capsys, extra, message):
     assert main(["ccsd", *extra]) == 2
     err = capsys.readouterr().err
     assert err.startswith("sq-jax: error: ") and message in err and "Traceback" not in err
+
+
+def test_absurd_header_rank_is_refused_quickly(tmp_path):
+    path = tmp_path / "f.dat"
+    path.write_text("9999999999 1 1 # a corrupt header\n0\n")
+    with pytest.raises(InputError, match=r"line 1: expected a header .* \(rank <= 8\)"):
+        cc.load_sequant_system(path, path)

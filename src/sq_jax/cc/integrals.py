@@ -335,6 +335,11 @@ def _bad_file(path: os.PathLike | str, line: int, got: str, expected: str) -> In
     )
 
 
+# SeQuant's files hold rank-2 and rank-4 tensors; a larger rank is a corrupt header (whose
+# (nocc + nvirt) ** rank values could not be counted in reasonable time).
+_MAX_FILE_RANK = 8
+
+
 def _number_or_nan(text: str) -> float:
     try:
         return float(text)
@@ -379,12 +384,11 @@ def read_sequant_tensor(path: os.PathLike | str) -> tuple[np.ndarray, int, int]:
         if len(header) != 3:
             raise ValueError
         rank, nocc, nvirt = (int(x) for x in header)
-        if rank < 0 or nocc < 0 or nvirt < 0:
+        if rank < 0 or nocc < 0 or nvirt < 0 or rank > _MAX_FILE_RANK:
             raise ValueError
     except ValueError:
-        raise _bad_file(
-            path, 1, lines[0], "a header of three non-negative integers `rank nocc nvirt`"
-        ) from None
+        expected = "a header of three non-negative integers `rank nocc nvirt` (rank <= 8)"
+        raise _bad_file(path, 1, lines[0], expected) from None
     count = (nocc + nvirt) ** rank
     body = lines[1:]
     while body and not body[-1].strip():
