@@ -213,3 +213,18 @@ def test_xyz_molecule_runs_with_pyscf(tmp_path, capsys):
     e_corr = float(re.search(r"E_corr\(CCSD\)\s+=\s+(\S+)", out).group(1))
     assert abs(e_hf - ref["e_hf"]) < 1e-9 and abs(e_corr - ref["e_corr_rccsd"]) < 1e-9
     assert f"CCSD on {path}/sto-3g, closed-shell: 5 occupied, 2 virtual" in out
+
+
+@pytest.mark.parametrize(
+    ("xyz", "extra", "message"),
+    [
+        ("1\nHe\nHe 0 0 0\n", [], "gives 1 orbitals for 1 doubly occupied ones"),
+        ("1\nH\nH 0 0 0\n", ["--charge", "1"], "has 0 electrons"),
+        (H2O_XYZ, ["--basis", " "], "--basis needs a basis-set name"),
+        (H2O_XYZ, ["--charge", "one"], "argument --charge: expected an integer, got 'one'"),
+    ],
+)
+def test_more_molecule_errors(tmp_path, capsys, xyz, extra, message):
+    path = tmp_path / "m.xyz"
+    path.write_text(xyz)
+    assert message in _error(capsys, ["ccsd", "--molecule", str(path), *extra])

@@ -186,6 +186,8 @@ def check_cc_args(args: argparse.Namespace) -> None:
     if files and (args.fock is None or args.eri is None):
         given, missing = ("--fock", "--eri") if args.fock is not None else ("--eri", "--fock")
         raise UsageError(f"{given} needs {missing} too: SeQuant systems come as two files")
+    if args.basis is not None and not args.basis.strip():
+        raise UsageError("--basis needs a basis-set name such as sto-3g, 6-31g or cc-pvdz")
     for option, value in (("--basis", args.basis), ("--charge", args.charge)):
         if value is not None and args.molecule is None:
             raise UsageError(

@@ -57,7 +57,7 @@ def _first_line(err: BaseException) -> str:
 def _mean_field(args: argparse.Namespace) -> tuple[Any, str]:
     geometry = _geometry(args.molecule)
     charge = args.charge or 0
-    basis = args.basis or DEFAULT_BASIS
+    basis = DEFAULT_BASIS if args.basis is None else args.basis
     electrons = geometry.electron_count(charge)
     if electrons < 2 or electrons % 2:
         fix = (
@@ -72,6 +72,7 @@ def _mean_field(args: argparse.Namespace) -> tuple[Any, str]:
         )
     try:
         from pyscf import gto, scf
+        from pyscf.lib.exceptions import BasisNotFoundError
     except ImportError as err:
         raise UsageError("--molecule needs PySCF: pip install 'sq_jax[chem]'") from err
     try:
@@ -79,7 +80,7 @@ def _mean_field(args: argparse.Namespace) -> tuple[Any, str]:
             warnings.simplefilter("ignore")
             mol = gto.M(atom=geometry.pyscf_atoms(), basis=basis, charge=charge, verbose=0)
     except Exception as err:  # PySCF's errors are reported as bad input
-        if "basis" in str(err).lower():
+        if isinstance(err, BasisNotFoundError):
             raise UsageError(
                 f"--basis {basis!r}: PySCF has no such basis for {'/'.join(geometry.symbols)} "
                 f"({_first_line(err)}); use a name such as sto-3g, 6-31g or cc-pvdz"
