@@ -228,3 +228,12 @@ def test_more_molecule_errors(tmp_path, capsys, xyz, extra, message):
     path = tmp_path / "m.xyz"
     path.write_text(xyz)
     assert message in _error(capsys, ["ccsd", "--molecule", str(path), *extra])
+
+
+def test_charge_suggestions_leave_at_least_two_electrons(tmp_path, capsys):
+    path = tmp_path / "h.xyz"
+    path.write_text("1\nH atom\nH 0 0 0\n")
+    err = _error(capsys, ["ccsd", "--molecule", str(path)])
+    assert "has 1 electrons" in err and err.rstrip().endswith(": --charge -1, or another geometry")
+    err = _error(capsys, ["ccsd", "--molecule", "h2o", "--charge", "99"])
+    assert "has -89 electrons" in err and err.rstrip().endswith(": lower --charge")

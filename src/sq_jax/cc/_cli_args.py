@@ -138,7 +138,14 @@ def check_plot_path(path: str | None) -> None:
 
 
 def add_cc_options(p: argparse.ArgumentParser) -> None:
-    """Declare the options of ``sq-jax ccsd`` / ``sq-jax ccd`` (the one place for them)."""
+    """Declare the options of ``sq-jax ccsd`` / ``sq-jax ccd`` (the one place for them).
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_cc_options(parser)
+        >>> parser.parse_args(["--fock", "f.dat", "--eri", "g.dat", "--closed-shell"]).eri
+        'g.dat'
+    """
     system = p.add_argument_group("system (default: the shipped H2O/STO-3G integrals)")
     system.add_argument(
         "--molecule",
@@ -179,6 +186,14 @@ def check_cc_args(args: argparse.Namespace) -> None:
 
     Raises:
         UsageError: naming the option and the fix.
+
+    Example:
+        >>> args = build_parser().parse_args(["ccsd", "--fock", "f.dat"])
+        >>> try:
+        ...     check_cc_args(args)
+        ... except UsageError as err:
+        ...     print(err)
+        --fock needs --eri too: SeQuant systems come as two files
     """
     files = args.fock is not None or args.eri is not None
     if files and args.molecule is not None:

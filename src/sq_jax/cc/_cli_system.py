@@ -60,9 +60,10 @@ def _mean_field(args: argparse.Namespace) -> tuple[Any, str]:
     basis = DEFAULT_BASIS if args.basis is None else args.basis
     electrons = geometry.electron_count(charge)
     if electrons < 2 or electrons % 2:
+        charges = [c for c in (charge + 1, charge - 1) if geometry.electron_count(c) >= 2]
         fix = (
-            f"use --charge {charge + 1} or --charge {charge - 1}, or another geometry"
-            if electrons % 2
+            " or ".join(f"--charge {c}" for c in charges) + ", or another geometry"
+            if charges
             else "lower --charge"
         )
         raise UsageError(

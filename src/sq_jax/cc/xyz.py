@@ -45,6 +45,10 @@ class Geometry:
         symbols: element symbols, capitalized as in the periodic table.
         coordinates: one (x, y, z) triple per atom, in Å.
         comment: the .xyz comment line (or the molecule's name).
+
+    Example:
+        >>> Geometry(("H", "H"), ((0.0, 0.0, 0.0), (0.0, 0.0, 0.74))).electron_count()
+        2
     """
 
     symbols: tuple[str, ...]
