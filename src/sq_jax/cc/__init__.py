@@ -16,3 +16,4 @@ from .forecast import dry_run as dry_run
 from .implicit import ImplicitEnergy as ImplicitEnergy
 from .implicit import converged_energy as converged_energy
 from .implicit import implicit_energy as implicit_energy
+from .sequant_files import load_sequant_system as load_sequant_system

@@ -3,13 +3,13 @@
 Commands:
 
 * ``sq-jax ccsd`` / ``sq-jax ccd`` — solve CC equations (the shipped H2O/STO-3G by default,
-  or a molecule with PySCF) and print the energy, iterations, time and peak memory;
-  with ``--dry-run``, no SCF and no integrals: the sizes, batch plan, predicted memory,
-  FLOPs and estimated time per iteration (:mod:`sq_jax.cc.forecast`);
+  a molecule with PySCF, or SeQuant's ``--fock``/``--eri`` files) and print the energy,
+  iterations, time and peak memory;
 * ``sq-jax schedule EQUATIONS --spaces i=10,a=38 --batch a=4`` — print the ordered
   schedule, its static peak and FLOPs.
 
-Bad arguments give a one-line error and exit status 2, never a traceback.
+Exit status: 0 success, 1 a solve (CC or the RHF) did not converge, 2 bad input. Bad input
+is reported on stderr as ``sq-jax: error: `` and the whole message, never a traceback.
 
 Example:
     >>> main(["schedule", "E = f{i1;a1} t{a1;i1}", "--spaces", "i=4,a=6", "--batch", "i=2"])
@@ -33,35 +33,10 @@ from pathlib import Path
 
 from .._errors import SqJaxError
 from ..plan.budget import format_bytes
+from ._cli_args import UsageError, build_parser, check_cc_args, check_plot_path, is_file, pairs
+from ._cli_system import SCFNotConverged, cc_system, molecule
 
 __all__ = ["main"]
-
-# H2O as in docs/benchmarks.md, "Systems" (Å).
-MOLECULES = {
-    "h2o": "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692",
-}
-
-
-class _UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, no usage dump
-        raise _UsageError(message)
-
-
-def _pairs(text: str, what: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = item.partition("=")
-        if not sep or not value.strip().lstrip("-").isdigit():
-            raise _UsageError(f"{what} expects space=count pairs such as 'a=4,i=2'; got {item!r}")
-        out[key.strip()] = int(value)
-    return out
-
-
-_PLOT_HELP = "write the static peak profile to FILE.png and the loop nest to FILE-nest.png"
 
 
 def _plot(program, path: str | None) -> None:
@@ -69,111 +44,13 @@ def _plot(program, path: str | None) -> None:
     if not path:
         return
     target = Path(path)
-    if target.suffix.lower() != ".png":
-        raise _UsageError(f"--plot expects a .png file name, got {path!r}")
     nest = target.with_name(target.stem + "-nest.png")
     try:
         program.plot_peak_profile(target)
         program.plot_loop_nest(nest)
-    except ImportError as err:
-        raise _UsageError(str(err)) from err
+    except (ImportError, OSError) as err:  # checked up front; the folder may change since
+        raise UsageError(f"--plot {path!r}: {err}") from err
     print(f"plots: {target} (peak profile), {nest} (loop nest)")
-
-
-def _build_parser() -> _Parser:
-    parser = _Parser(prog="sq-jax", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for method in ("ccsd", "ccd"):
-        p = sub.add_parser(method, help=f"solve {method.upper()} and print the energy")
-        p.add_argument(
-            "--molecule",
-            help="'h2o' or an .xyz file (needs PySCF); default: the shipped H2O/STO-3G integrals",
-        )
-        p.add_argument("--basis", default="sto-3g", help="basis set with --molecule")
-        shell = p.add_mutually_exclusive_group()
-        shell.add_argument(
-            "--closed-shell",
-            action="store_true",
-            help="spin-adapted equations over spatial orbitals",
-        )
-        shell.add_argument(
-            "--spin-orbital", action="store_true", help="spin-orbital equations (the default)"
-        )
-        p.add_argument("--batch", help="batch plan, e.g. a=4,i=2 (number of batches)")
-        p.add_argument("--memory", help="memory budget for intermediates, e.g. '512 MiB'")
-        p.add_argument("--solver", choices=("diis", "newton"), default="diis")
-        p.add_argument("--max-iter", type=int, default=100)
-        p.add_argument("--quiet", action="store_true", help="no per-iteration lines")
-        p.add_argument("--plot", metavar="FILE.png", help=_PLOT_HELP)
-        p.add_argument(
-            "--dry-run",
-            action="store_true",
-            help="no SCF, no integrals: print the sizes, plan, predicted memory, FLOPs and "
-            "estimated time per iteration (exit status 1 if --memory cannot be met)",
-        )
-        _add_df_arguments(p)
-    s = sub.add_parser("schedule", help="print the ordered schedule of equations")
-    s.add_argument(
-        "equations",
-        help="equation text, a file of equations, or a shipped set name such as ccsd_so",
-    )
-    s.add_argument("--spaces", required=True, help="extents, e.g. i=10,a=38")
-    s.add_argument("--batch", default="", help="batch plan, e.g. a=4")
-    s.add_argument("--memory", help="memory budget for intermediates, e.g. '512 MiB'")
-    s.add_argument("--plot", metavar="FILE.png", help=_PLOT_HELP)
-    return parser
-
-
-def _atoms(molecule: str) -> str:
-    """The atom text of ``--molecule``: a known name or an .xyz file."""
-    atoms = MOLECULES.get(molecule.lower())
-    if atoms is None:
-        path = Path(molecule)
-        if not path.is_file():
-            raise _UsageError(
-                f"--molecule {molecule!r} is neither a known name "
-                f"({', '.join(MOLECULES)}) nor an .xyz file"
-            )
-        lines = path.read_text().splitlines()
-        atoms = "; ".join(line.strip() for line in lines[2:] if line.strip())
-    return atoms
-
-
-def _add_df_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--df",
-        action="store_true",
-        help="density-fitted equations (ccsd_cs_df / ccsd_so_df); the shipped system is "
-        "factorized exactly",
-    )
-    p.add_argument(
-        "--auxbasis",
-        help="auxiliary basis with --df and --molecule, e.g. cc-pvdz-ri "
-        "(default: what PySCF's mf.density_fit() picks)",
-    )
-
-
-def _df_options(args: argparse.Namespace) -> dict:
-    """``df`` and ``auxbasis`` for the driver, or a usage error for a meaningless pair."""
-    if args.auxbasis and not (args.df and args.molecule):
-        raise _UsageError(
-            f"--auxbasis {args.auxbasis!r} needs --df and --molecule (it picks PySCF's "
-            "auxiliary basis); add them or drop --auxbasis"
-        )
-    return {"df": True, "auxbasis": args.auxbasis} if args.df else {}
-
-
-def _system(args: argparse.Namespace, closed_shell: bool):
-    if not args.molecule:
-        return None, "H2O/STO-3G (shipped)"
-    try:
-        from pyscf import gto, scf
-    except ImportError as err:
-        raise _UsageError("--molecule needs PySCF: pip install 'sq_jax[chem]'") from err
-    atoms = _atoms(args.molecule)
-    mol = gto.M(atom=atoms, basis=args.basis, verbose=0)
-    mf = scf.RHF(mol).run(conv_tol=1e-12)
-    return mf, f"{args.molecule}/{args.basis}"
 
 
 def _dry_run(method: str, args: argparse.Namespace) -> int:
@@ -185,32 +62,36 @@ def _dry_run(method: str, args: argparse.Namespace) -> int:
     options = {
         "method": method,
         "closed_shell": bool(args.closed_shell),
-        "batch": _pairs(args.batch, "--batch") if args.batch else None,
+        "batch": pairs(args.batch, "--batch") if args.batch else None,
         "memory_budget": args.memory,
         **_df_options(args),
     }
     if args.molecule:
-        label = f"{args.molecule}/{args.basis}"
-        report = dry_run(_atoms(args.molecule), args.basis, label=label, **options)
+        mol, label = molecule(args)
+        report = dry_run(mol, label=label, **options)
     else:  # the shipped system's sizes (its stored integrals are not used)
         shipped = default_spatial_system()
-        label = "H2O/STO-3G (shipped)"
         # --df factorizes the shipped integrals exactly (the driver's own factors).
         naux = df_from_spatial(shipped).naux if args.df else None
+        label = "H2O/STO-3G (shipped)"
         report = dry_run(nocc=shipped.nocc, nvirt=shipped.nvirt, naux=naux, label=label, **options)
     print(report)
     return 1 if report.fits is False else 0
 
 
+def _df_options(args: argparse.Namespace) -> dict:
+    """``df`` and ``auxbasis`` for the driver (checked by ``check_cc_args``)."""
+    return {"df": True, "auxbasis": args.auxbasis} if args.df else {}
+
+
 def _run_cc(method: str, args: argparse.Namespace) -> int:
     from . import drivers
 
+    check_cc_args(args)
     if args.dry_run:
         return _dry_run(method, args)
-    closed_shell = bool(args.closed_shell)
-    system, name = _system(args, closed_shell)
-    batch = _pairs(args.batch, "--batch") if args.batch else None
-    df_options = _df_options(args)
+    batch = pairs(args.batch, "--batch") if args.batch else None
+    system, name, closed_shell = cc_system(args)
     start = time.perf_counter()
     run = drivers.solve_cc(
         system,
@@ -221,7 +102,7 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
         memory_budget=args.memory,
         verbose=not args.quiet,
         max_iter=args.max_iter,
-        **df_options,
+        **_df_options(args),
     )
     seconds = time.perf_counter() - start
     res = run.result
@@ -230,6 +111,9 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
     print(f"E(HF)              = {run.e_hf:.12f}")
     print(f"E_corr({method.upper()})       = {run.e_corr:.12f}")
     print(f"E({method.upper()})            = {run.e_tot:.12f}")
+    if args.fock is not None and args.e_nuc is None:
+        print("                     (electronic energies: the files carry no nuclear repulsion;")
+        print("                      add it with --e-nuc)")
     print(f"iterations         = {res.iterations} ({res.message})")
     print(
         f"time               = {seconds:.2f} s (first iteration incl. compile "
@@ -244,20 +128,40 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
     return 0 if res.converged else 1
 
 
+def _equation_text(argument: str) -> str:
+    """The equations named by ``schedule``'s argument: a shipped set, a file, or text.
+
+    An argument that names no shipped set and no existing file must be equation text,
+    which always contains ``=``; anything else (a mistyped set name or path) is an error.
+    """
+    from .equations import available, load_equations
+
+    if argument in available():
+        return load_equations(argument)
+    if is_file(argument):
+        try:
+            return Path(argument).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise UsageError(f"cannot read the equations file {argument!r}: {err}") from err
+    if "=" not in argument:
+        raise UsageError(
+            f"{argument!r} is not a shipped equation set ({', '.join(available())}), not an "
+            "existing file, and not equation text (which contains '=', e.g. "
+            "'E = f{i1;a1} t{a1;i1}')"
+        )
+    return argument
+
+
 def _run_schedule(args: argparse.Namespace) -> int:
     import sq_jax as sq
 
     from .._pipeline import compile as compile_program
-    from .equations import available, load_equations
 
-    text = args.equations
-    if text in available():
-        text = load_equations(text)
-    elif Path(text).is_file():
-        text = Path(text).read_text()
-    extents = _pairs(args.spaces, "--spaces")
-    spaces = sq.Spaces(**{k: v for k, v in extents.items()})
-    batch = _pairs(args.batch, "--batch") if args.batch else None
+    check_plot_path(args.plot)
+    text = _equation_text(args.equations)
+    extents = pairs(args.spaces, "--spaces")
+    spaces = sq.Spaces(**extents)
+    batch = pairs(args.batch, "--batch") if args.batch else None
     program = compile_program(text, spaces, batch=batch, memory_budget=args.memory)
     print(program.schedule)
     print(f"static peak: {format_bytes(program.peak_bytes)}")
@@ -270,28 +174,36 @@ def _run_schedule(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``sq-jax`` command; returns the exit status.
 
+    Errors go to stderr as ``sq-jax: error: `` followed by the whole message (bulleted
+    messages keep their bullets).
+
     Args:
         argv: the arguments (default: ``sys.argv[1:]``).
 
     Returns:
-        0 on success, 1 when a solve did not converge (or a dry run's ``--memory``
-        cannot be met), 2 for bad input.
+        0 on success (and for ``--help``), 1 when the CC equations or the RHF did not
+        converge, 2 for bad input.
 
     Example:
-        >>> main(["schedule", "E = f{i1;i1}", "--spaces", "i=two"])
+        >>> import contextlib, sys
+        >>> with contextlib.redirect_stderr(sys.stdout):
+        ...     main(["schedule", "E = f{i1;i1}", "--spaces", "i=two"])
         sq-jax: error: --spaces expects space=count pairs such as 'a=4,i=2'; got 'i=two'
         2
     """
-    parser = _build_parser()
+    parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as done:  # --help printed its text
+            return done.code if isinstance(done.code, int) else 0
         if args.command == "schedule":
             return _run_schedule(args)
         return _run_cc(args.command, args)
-    except (_UsageError, SqJaxError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        print(f"sq-jax: error: {first}", file=sys.stdout)
-        return 2
+    except (UsageError, SqJaxError) as err:
+        message = str(err).strip() or type(err).__name__
+        print(f"sq-jax: error: {message}", file=sys.stderr)
+        return 1 if isinstance(err, SCFNotConverged) else 2
 
 
 def entry_point() -> None:

@@ -367,6 +367,18 @@ def _bad_file(path: os.PathLike | str, line: int, got: str, expected: str) -> In
     )
 
 
+# SeQuant's files hold rank-2 and rank-4 tensors; a larger rank is a corrupt header (whose
+# (nocc + nvirt) ** rank values could not be counted in reasonable time).
+_MAX_FILE_RANK = 8
+
+
+def _number_or_nan(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return float("nan")
+
+
 def read_sequant_tensor(path: os.PathLike | str) -> tuple[np.ndarray, int, int]:
     """Read a tensor in SeQuant's integral data-file format.
 
@@ -395,7 +407,7 @@ def read_sequant_tensor(path: os.PathLike | str) -> tuple[np.ndarray, int, int]:
     try:
         with open(path, encoding="utf-8") as fh:
             lines = fh.read().splitlines()
-    except OSError as err:
+    except (OSError, ValueError) as err:  # ValueError: undecodable bytes, a NUL in the name
         raise InputError(f"Cannot read SeQuant tensor file {os.fspath(path)!r}: {err}.") from err
     if not lines:
         raise _bad_file(path, 1, "", "a header `rank nocc nvirt # comment`")
@@ -404,12 +416,11 @@ def read_sequant_tensor(path: os.PathLike | str) -> tuple[np.ndarray, int, int]:
         if len(header) != 3:
             raise ValueError
         rank, nocc, nvirt = (int(x) for x in header)
-        if rank < 0 or nocc < 0 or nvirt < 0:
+        if rank < 0 or nocc < 0 or nvirt < 0 or rank > _MAX_FILE_RANK:
             raise ValueError
     except ValueError:
-        raise _bad_file(
-            path, 1, lines[0], "a header of three non-negative integers `rank nocc nvirt`"
-        ) from None
+        expected = "a header of three non-negative integers `rank nocc nvirt` (rank <= 8)"
+        raise _bad_file(path, 1, lines[0], expected) from None
     count = (nocc + nvirt) ** rank
     body = lines[1:]
     while body and not body[-1].strip():
@@ -421,12 +432,14 @@ def read_sequant_tensor(path: os.PathLike | str) -> tuple[np.ndarray, int, int]:
             f"{len(body)} value lines" if len(body) < count else body[count],
             f"exactly {count} value lines for rank {rank} with {nocc}+{nvirt} orbitals",
         )
-    values = np.empty(count, dtype=np.float64)
-    for k, text in enumerate(body):
-        try:
-            values[k] = float(text)
-        except ValueError:
-            raise _bad_file(path, k + 2, text, "one floating-point number") from None
+    try:
+        values = np.asarray(body, dtype=np.float64)  # fast path
+    except ValueError:
+        values = np.array([_number_or_nan(text) for text in body], dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        k = int(bad[0])
+        raise _bad_file(path, k + 2, body[k], "one floating-point number (finite)")
     return values.reshape((nocc + nvirt,) * rank), nocc, nvirt
 
 
