@@ -242,7 +242,7 @@ def test_bad_block_requests_are_refused(call, message):
 
 def test_cli_auxbasis_needs_df_and_a_molecule():
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    with contextlib.redirect_stderr(out):
         assert main(["ccsd", "--auxbasis", "weigend"]) == 2
     assert "--auxbasis 'weigend' needs --df and --molecule" in out.getvalue()
 

@@ -12,14 +12,15 @@ from pyscf import gto, scf
 
 import sq_jax as sq
 from sq_jax.cc import dry_run
-from sq_jax.cc.cli import MOLECULES, main
+from sq_jax.cc.cli import main
 from sq_jax.cc.df import df_integrals
 from sq_jax.cc.equations import load_equations
 from sq_jax.cc.forecast import measure_gemm_rate
+from sq_jax.cc.xyz import molecule_geometry
 from sq_jax.lower.aot import AotJit
 from sq_jax.plan.budget import required_bytes
 
-H2O = MOLECULES["h2o"]
+H2O = molecule_geometry("h2o").pyscf_atoms()
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +209,6 @@ def test_cli_dry_run_that_does_not_fit_exits_1(capsys, nothing_runs):
 
 def test_cli_dry_run_bad_budget_is_one_line(capsys):
     assert main(["ccsd", "--dry-run", "--memory", "lots"]) == 2
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err  # errors go to stderr
     assert out.startswith("sq-jax: error: ") and out.count("\n") == 1
     assert "'lots'" in out
