@@ -583,7 +583,7 @@ def schedule_text(text: str, plan: Mapping[str, Any], **kw: Any) -> ScheduledFor
 
 def values_named(sf: ScheduledForest, needle: str) -> list[int]:
     """Value ids whose expression text contains ``needle``."""
-    from sq_jax.schedule.errors import expr_text
+    from sq_jax.forest.dump import expr_text
 
     return [
         c.value_id for c in sf.rich.cells if c.node is not None and needle in expr_text(c.node, 400)

@@ -1,4 +1,4 @@
-"""The memory-budget planner (plan/budget.py) and the schedule FLOP count (schedule/cost.py)."""
+"""The memory-budget planner (budget/) and the schedule FLOP count (schedule/cost.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import pytest
 
 import sq_jax as sq
 from schedule_corpus import TEXT_CASES, random_case, text_case
+from sq_jax._units import format_bytes, parse_bytes
+from sq_jax.budget import plan_for_budget, required_bytes
 from sq_jax.cc.equations import load_equations
 from sq_jax.forest.inputs import input_specs
 from sq_jax.lower.instructions import lower_schedule
 from sq_jax.lower.program import static_flops
 from sq_jax.plan import BatchPlan, SpaceBatch, budget
-from sq_jax.plan.budget import format_bytes, parse_bytes, plan_for_budget, required_bytes
 from sq_jax.schedule import schedule_forest
 from sq_jax.schedule.cost import flop_terms, schedule_flops
 

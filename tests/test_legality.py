@@ -6,9 +6,9 @@ import pytest
 
 import sq_jax as sq
 from schedule_corpus import SPACES, TEXT_CASES, schedule_text, text_case
+from sq_jax._errors import DemotionFixpointError, UnknownValueError
 from sq_jax.expr.nodes import Index
 from sq_jax.plan import BatchPlan, annotate
-from sq_jax.schedule.errors import DemotionFixpointError, UnknownValueError
 from sq_jax.schedule.legality import (
     AxisClass,
     CellLegality,

@@ -29,17 +29,17 @@ from schedule_corpus import (
     schedule_text,
     text_case,
 )
-from sq_jax.expr.nodes import Index, Variable
-from sq_jax.forest.canon import scalar_node, sum_node
-from sq_jax.plan import BatchPlan, LoopKind, annotate
-from sq_jax.schedule import ScheduledForest, schedule_annotated, schedule_forest
-from sq_jax.schedule.errors import (
+from sq_jax._errors import (
     InternalScheduleError,
     LaterPassReaderError,
     LoopOrderCycleError,
     ReductionWithoutSlotError,
     StepCycleError,
 )
+from sq_jax.expr.nodes import Index, Variable
+from sq_jax.forest.canon import scalar_node, sum_node
+from sq_jax.plan import BatchPlan, LoopKind, annotate
+from sq_jax.schedule import ScheduledForest, schedule_annotated, schedule_forest
 from sq_jax.schedule.ir import BuildStep, OrderedSchedule, OutputKind, ScopeBlock, ScopeLevel
 from sq_jax.schedule.legality import (
     AxisClass,

@@ -7,9 +7,9 @@ from fractions import Fraction
 import pytest
 
 from schedule_corpus import SPACES, add, forest_of, leaf, mul, schedule_text, text_case
+from sq_jax._errors import AnnotationError
 from sq_jax.expr.nodes import Index
 from sq_jax.plan import BatchPlan, LoopKind, annotate, annotate_by_hand
-from sq_jax.schedule.errors import AnnotationError
 from sq_jax.schedule.ir import BuildStep
 from sq_jax.schedule.rich import _Loops, compute_dag_boulevard
 

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._errors import SqJaxError
-from ..plan.budget import format_bytes
+from .._units import format_bytes
 
 __all__ = ["main"]
 

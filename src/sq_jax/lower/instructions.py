@@ -46,11 +46,11 @@ from typing import Union
 
 from .._errors import LoweringError
 from ..expr.nodes import Index
+from ..forest.dump import expr_text
 from ..forest.inputs import block_key
 from ..forest.nodes import EvalNode, NodeKind
 from ..plan.batch import LoopKind
 from ..schedule import ScheduledForest
-from ..schedule.errors import expr_text
 from ..schedule.ir import BuildStep, OutputKind, ScopeBlock
 from ..schedule.rich import LoopId, OccurrenceRec
 from .gemm import GemmPlan, plan_gemm

@@ -99,7 +99,7 @@ def schedule_forest(
 
     Raises:
         PlanError: the plan names an unknown space.
-        ScheduleError: (a subclass from :mod:`sq_jax.schedule.errors`) the batching
+        ScheduleError: (a subclass, :mod:`sq_jax._errors`) the batching
             cannot be expressed.
 
     Example:

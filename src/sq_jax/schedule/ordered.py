@@ -46,9 +46,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..expr.nodes import Index
-from ..plan.batch import LoopKind
-from .errors import (
+from .._errors import (
     InternalScheduleError,
     LaterPassReaderError,
     LoopOrderCycleError,
@@ -57,8 +55,10 @@ from .errors import (
     ReductionWithoutSlotError,
     StepCycleError,
     UnescapedNonLocalError,
-    expr_text,
 )
+from ..expr.nodes import Index
+from ..forest.dump import expr_text
+from ..plan.batch import LoopKind
 from .ir import BuildStep, OrderedSchedule, OutputKind, ScopeBlock, ScopeLevel, Step
 from .legality import LegalitySchedule, LoopRole
 from .rich import LoopId, RichSchedule, ValueCell

@@ -58,11 +58,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .._errors import AnnotationError, InternalScheduleError, LoopKindConflictError
 from ..expr.nodes import Index
+from ..forest.dump import expr_text
 from ..forest.nodes import EvalNode, NodeKind, stable_hash
 from ..plan.annotate import AnnotatedForest, LoopOpen, OccurrenceId, summed_indices
 from ..plan.batch import LoopKind
-from .errors import AnnotationError, InternalScheduleError, LoopKindConflictError, expr_text
 
 __all__ = [
     "LoopId",
