@@ -20,7 +20,7 @@ from sq_jax.schedule.legality import (
     forced_split_demotions,
     forced_split_types,
 )
-from sq_jax.schedule.rich import OccurrenceRec, RichSchedule, ValueCell, compute_dag_boulevard
+from sq_jax.schedule.rich import OccurrenceRec, RichSchedule, ValueCell, build_rich_schedule
 
 I1, I2, I3, I4, A1, A3, K1 = (
     Index("i", 1),
@@ -41,7 +41,7 @@ LL, RED, LC, INV = (
 
 def _rich(text: str, plan: dict) -> RichSchedule:
     forest = sq.build_forest(sq.parse(text), SPACES)
-    return compute_dag_boulevard(annotate(forest, BatchPlan.of(plan)))
+    return build_rich_schedule(annotate(forest, BatchPlan.of(plan)))
 
 
 def test_ac1_build_site_of_full_contraction():
@@ -89,7 +89,7 @@ def test_ac3_forced_split_types():
 def test_ac4_cross_iteration_roles():
     """AC-4 under V2 with leaves as inputs: the leaf `A` has no roles; `B` opens both loops."""
     forest, plan = text_case("cross_iteration")
-    rich = compute_dag_boulevard(annotate(forest, plan))
+    rich = build_rich_schedule(annotate(forest, plan))
     leg = analyze_legality(rich, forest)
     a, b = leg.cells
     assert a.per_axis == ()
@@ -110,7 +110,7 @@ def test_ac7_all_four_roles_reachable():
 
 def _doubles():
     forest, plan = text_case("doubles_occ")
-    return forest, compute_dag_boulevard(annotate(forest, plan))
+    return forest, build_rich_schedule(annotate(forest, plan))
 
 
 def test_ac6_demotion_fixpoint():
@@ -192,7 +192,7 @@ def test_ac12_single_sided_demotion_trigger():
 def test_invariants_over_text_cases():
     for name in TEXT_CASES:
         forest, plan = text_case(name)
-        rich = compute_dag_boulevard(annotate(forest, plan))
+        rich = build_rich_schedule(annotate(forest, plan))
         leg = analyze_legality(rich, forest)
         assert len(leg.cells) == len(rich.cells)
         for c, lc in zip(rich.cells, leg.cells, strict=True):

@@ -55,7 +55,7 @@ from sq_jax.schedule.ordered import (
     well_formed,
 )
 from sq_jax.schedule.peak import dag_path, peak_profile_sweep
-from sq_jax.schedule.rich import OccurrenceRec, RichSchedule, ValueCell, compute_dag_boulevard
+from sq_jax.schedule.rich import OccurrenceRec, RichSchedule, ValueCell, build_rich_schedule
 from test_legality import _hand_ac12
 
 SUM, SCATTER = OutputKind.ACCUMULATE_SUM, OutputKind.ACCUMULATE_SCATTER
@@ -161,7 +161,7 @@ def _is_gt(cell) -> bool:
 def _demoted(name: str, pick=_is_gt) -> ScheduledForest:
     forest, plan = text_case(name)
     ann = annotate(forest, plan)
-    rich = compute_dag_boulevard(ann)
+    rich = build_rich_schedule(ann)
     target = next(c for c in rich.cells if pick(c))
     leg = analyze_legality(rich, forest, demotion_source=lambda _: [(target.key, "i")])
     ordered = build_ordered_schedule(rich, leg)
@@ -358,8 +358,8 @@ def test_later_pass_reader_in_another_nest():
 
 def test_legality_from_another_schedule_is_refused():
     forest, plan = text_case("df_kappa")
-    rich = compute_dag_boulevard(annotate(forest, plan))
-    other = compute_dag_boulevard(annotate(*text_case("doubles_occ")))
+    rich = build_rich_schedule(annotate(forest, plan))
+    other = build_rich_schedule(annotate(*text_case("doubles_occ")))
     leg = analyze_legality(other)
     with pytest.raises(InternalScheduleError):
         build_ordered_schedule(rich, leg)

@@ -51,8 +51,8 @@ from ..forest.inputs import block_key
 from ..forest.nodes import EvalNode, NodeKind
 from ..plan.batch import LoopKind
 from ..schedule import ScheduledForest
-from ..schedule.ir import BuildStep, OutputKind, ScopeBlock
-from ..schedule.rich import LoopId, OccurrenceRec
+from ..schedule.ir import BuildStep, LoopId, OutputKind, ScopeBlock
+from ..schedule.rich import OccurrenceRec
 from .gemm import GemmPlan, plan_gemm
 
 __all__ = [

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..forest.reference import _scalar_value
-from ..schedule.rich import LoopId
+from ..schedule.ir import LoopId
 from .instructions import Combine, Contract, Instr, Loop, LoweredProgram, Read
 
 if TYPE_CHECKING:

@@ -48,7 +48,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..schedule.rich import LoopId
+from ..schedule.ir import LoopId
 from .instructions import Combine, Contract, Instr, Loop, LoweredProgram, Read
 
 __all__ = ["MemoryModel", "Monomial", "memory_model"]

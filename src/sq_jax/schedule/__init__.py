@@ -3,7 +3,7 @@
 The passes, in order (each a module with one public entry; no pass calls another):
 
 1. :func:`sq_jax.plan.annotate` — where loops open (runs before the scheduler);
-2. :func:`~sq_jax.schedule.rich.compute_dag_boulevard` — points, occurrences, loop
+2. :func:`~sq_jax.schedule.rich.build_rich_schedule` — points, occurrences, loop
    identity, values;
 3. :func:`~sq_jax.schedule.legality.analyze_legality` — the role of every loop per value;
 4. :func:`~sq_jax.schedule.ordered.build_ordered_schedule` — the block tree (must run
@@ -38,7 +38,7 @@ from .ir import OrderedSchedule
 from .legality import LegalitySchedule, analyze_legality
 from .ordered import build_ordered_schedule
 from .peak import PeakProfile, dag_path, peak_profile_sweep
-from .rich import RichSchedule, compute_dag_boulevard
+from .rich import RichSchedule, build_rich_schedule
 
 __all__ = ["ScheduledForest", "schedule", "schedule_annotated", "schedule_forest"]
 
@@ -77,7 +77,7 @@ def schedule_annotated(
         >>> schedule_annotated(empty).ordered.num_values
         0
     """
-    rich = compute_dag_boulevard(annotated)
+    rich = build_rich_schedule(annotated)
     legality = analyze_legality(rich, annotated)  # must follow rich: it classifies its cells
     ordered = build_ordered_schedule(rich, legality, mode_order)  # places values by role
     peak = peak_profile_sweep(dag_path(rich, annotated))

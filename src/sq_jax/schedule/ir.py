@@ -34,7 +34,18 @@ from typing import Union
 from ..expr.nodes import Index
 from ..plan.batch import LoopKind
 
-__all__ = ["BuildStep", "OrderedSchedule", "OutputKind", "ScopeBlock", "ScopeLevel", "Step"]
+__all__ = [
+    "BuildStep",
+    "LoopId",
+    "OrderedSchedule",
+    "OutputKind",
+    "ScopeBlock",
+    "ScopeLevel",
+    "Step",
+]
+
+LoopId = tuple[str, int]
+"""A loop instance: ``(space, loop_slot)``."""
 
 
 class OutputKind(enum.Enum):

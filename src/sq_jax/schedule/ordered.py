@@ -59,9 +59,9 @@ from .._errors import (
 from ..expr.nodes import Index
 from ..forest.dump import expr_text
 from ..plan.batch import LoopKind
-from .ir import BuildStep, OrderedSchedule, OutputKind, ScopeBlock, ScopeLevel, Step
+from .ir import BuildStep, LoopId, OrderedSchedule, OutputKind, ScopeBlock, ScopeLevel, Step
 from .legality import LegalitySchedule, LoopRole
-from .rich import LoopId, RichSchedule, ValueCell
+from .rich import RichSchedule, ValueCell
 
 __all__ = [
     "build_ordered_schedule",
