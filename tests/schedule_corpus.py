@@ -34,8 +34,8 @@ from sq_jax.plan import BatchPlan
 from sq_jax.schedule import ScheduledForest, schedule_forest
 from sq_jax.schedule.ir import BuildStep, OrderedSchedule, OutputKind, ScopeBlock
 from sq_jax.schedule.legality import LoopRole
-from sq_jax.schedule.ordered import well_formed_violations
 from sq_jax.schedule.peak import dag_path, peak_profile_replay, peak_profile_sweep
+from sq_jax.schedule.wellformed import well_formed_violations
 
 SPACES = sq.Spaces(i=5, a=7, Κ=9)
 """Extents chosen so that no batch count of 2 or 3 divides them all."""

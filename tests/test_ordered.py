@@ -48,14 +48,10 @@ from sq_jax.schedule.legality import (
     LoopRole,
     analyze_legality,
 )
-from sq_jax.schedule.ordered import (
-    build_ordered_schedule,
-    crossings,
-    forced_split_levels,
-    well_formed,
-)
+from sq_jax.schedule.ordered import build_ordered_schedule, forced_split_levels
 from sq_jax.schedule.peak import dag_path, peak_profile_sweep
 from sq_jax.schedule.rich import OccurrenceRec, RichSchedule, ValueCell, build_rich_schedule
+from sq_jax.schedule.wellformed import crossings, well_formed
 from test_legality import _hand_ac12
 
 SUM, SCATTER = OutputKind.ACCUMULATE_SUM, OutputKind.ACCUMULATE_SCATTER
@@ -395,7 +391,7 @@ def test_tree_of_loops_not_a_chain():
     (outer,) = sf.ordered.root.blocks()
     assert [b.level.space for b in outer.blocks()] == ["a", "a"]
     assert all(not b.blocks() for b in outer.blocks())
-    assert crossings(sf.ordered) == {}
+    assert crossings(sf.ordered, sf.rich.root_values) == {}
 
 
 def test_shared_value_inside_and_outside_a_loop():

@@ -23,7 +23,7 @@ not exist, read under another loop's batch, or crossing a loop it is sliced by) 
 :class:`LoweringError` at compile time, naming the value and the loop.
 
 Known limitations: a value the scheduler places inside a loop it is invariant to (a
-"crossing", see :func:`sq_jax.schedule.ordered.crossings`) is recomputed every batch
+"crossing", see :func:`sq_jax.schedule.wellformed.crossings`) is recomputed every batch
 and carried out of the loop with its last value.
 
 Example:
@@ -53,6 +53,7 @@ from ..plan.batch import LoopKind
 from ..schedule import ScheduledForest
 from ..schedule.ir import BuildStep, LoopId, OutputKind, ScopeBlock
 from ..schedule.rich import OccurrenceRec
+from ..schedule.wellformed import crossings
 from .gemm import GemmPlan, plan_gemm
 
 __all__ = [
@@ -540,42 +541,11 @@ class _Walk:
         )
 
 
-def _crossings(sf: ScheduledForest, built: set[int]) -> dict[int, set[int]]:
-    """Per loop block (by ``id``), values produced inside it, read outside, no output."""
-    sched, rich = sf.ordered, sf.rich
-    walk = sched.walk()
-    path_of = {id(b): (*(id(a) for a in anc), id(b)) for b, anc in walk}
-    block_at = {id(b): b for b, _ in walk}
-    producer: dict[int, tuple[int, ...]] = {}
-    readers: dict[int, list[tuple[int, ...]]] = {}
-    deepest_out: dict[int, tuple[int, ...]] = {}
-    for blk, _ in walk:
-        path = path_of[id(blk)]
-        for s in blk.steps:
-            if isinstance(s, BuildStep):
-                producer[s.value_id] = path
-                for o in sched.operand_vids[s.value_id]:
-                    readers.setdefault(o, []).append(path)
-        for v, _ in blk.outputs:
-            if len(path) > len(deepest_out.get(v, ())):
-                deepest_out[v] = path
-    for v, path in deepest_out.items():
-        if v not in built:
-            producer[v] = path
-            for o in sched.operand_vids[v]:
-                readers.setdefault(o, []).append(path)
-    for v in rich.root_values:
-        readers.setdefault(v, []).append(path_of[id(sched.root)])
-    out: dict[int, set[int]] = {}
-    for v, ppath in producer.items():
-        for rpath in readers.get(v, ()):
-            common = 0
-            while common < min(len(ppath), len(rpath)) and ppath[common] == rpath[common]:
-                common += 1
-            for b in ppath[common:]:
-                if v not in {w for w, _ in block_at[b].outputs}:
-                    out.setdefault(b, set()).add(v)
-    return out
+def _block_at(root: ScopeBlock, path: tuple[int, ...]) -> ScopeBlock:
+    """The block at ``path`` (positions in ``steps``) below ``root``."""
+    for k in path:
+        root = root.steps[k]  # type: ignore[assignment]
+    return root
 
 
 def lower_schedule(sf: ScheduledForest) -> LoweredProgram:
@@ -604,7 +574,11 @@ def lower_schedule(sf: ScheduledForest) -> LoweredProgram:
     owner = rich.point_owner()
     rec_at = {o.point: o for c in rich.cells for o in c.occurrences}
     built = {s.value_id for b, _ in sf.ordered.walk() for s in b.steps if isinstance(s, BuildStep)}
-    walk = _Walk(sf, rec_at, owner, built, _crossings(sf, built))
+    crossing = {
+        id(_block_at(sf.ordered.root, path)): set(vs)
+        for path, vs in crossings(sf.ordered, rich.root_values).items()
+    }
+    walk = _Walk(sf, rec_at, owner, built, crossing)
     state: dict[int, tuple[tuple[int, LoopId | None], ...]] = {}
     body = walk.body(sf.ordered.root, state, [])
     results = []

@@ -25,12 +25,13 @@ SeQuant's as-built design §6, re-derived here):
    stable identity, not the nesting depth.
 5. **Order.** Each block's steps are topologically sorted on the value dependencies
    (a child block requires everything its subtree needs from outside), ties broken by
-   ``first_use``; the result is re-checked, then :func:`well_formed` is asserted.
+   ``first_use``; the result is re-checked, then
+   :func:`~sq_jax.schedule.wellformed.well_formed` is asserted.
 
 Leaves are inputs and never scheduled. A nest may contain work that is invariant to
 one of its loops (it shares the nest with values that are not); such a value crosses
 that loop without an output entry (SeQuant's residency + produce-if-absent), see
-:func:`crossings`.
+:func:`sq_jax.schedule.wellformed.crossings`.
 
 Example:
     >>> from sq_jax.schedule.rich import RichSchedule
@@ -62,13 +63,11 @@ from ..plan.batch import LoopKind
 from .ir import BuildStep, LoopId, OrderedSchedule, OutputKind, ScopeBlock, ScopeLevel, Step
 from .legality import LegalitySchedule, LoopRole
 from .rich import RichSchedule, ValueCell
+from .wellformed import well_formed_violations
 
 __all__ = [
     "build_ordered_schedule",
-    "crossings",
     "forced_split_levels",
-    "well_formed",
-    "well_formed_violations",
 ]
 
 _SUM, _SCATTER = OutputKind.ACCUMULATE_SUM, OutputKind.ACCUMULATE_SCATTER
@@ -577,118 +576,3 @@ def build_ordered_schedule(
             + str(sched)
         )
     return sched
-
-
-def well_formed_violations(sched: OrderedSchedule) -> list[str]:
-    """Every V2 structural rule ``sched`` breaks (empty when well formed).
-
-    Rules: (1) build ids in range; (2) sibling blocks differ in
-    ``(depth, loop_slot, latitude)``; (3) output ids in range; (4a) no value built twice;
-    (4b) a built value is an output only at its build block or an ancestor of it;
-    (4c) a value's escape sites lie on one root-to-block path, at distinct depths.
-
-    Example:
-        >>> well_formed_violations(OrderedSchedule(ScopeBlock(steps=(BuildStep(5),)), 1))
-        ['build of v5 is out of range (num_values=1)']
-    """
-    n = sched.num_values
-    problems: list[str] = []
-    built: dict[int, int] = {}  # value -> block number
-    escapes: dict[int, list[int]] = {}
-    blocks = sched.walk()
-    anc_ids: list[set[int]] = []
-    ids = {id(b): k for k, (b, _) in enumerate(blocks)}
-    for k, (blk, anc) in enumerate(blocks):
-        anc_ids.append({ids[id(a)] for a in anc})
-        keys = [c.level.key for c in blk.blocks()]
-        if len(set(keys)) != len(keys):
-            problems.append(f"sibling blocks repeat a (depth, loop_slot, latitude): {keys}")
-        for step in blk.steps:
-            if isinstance(step, BuildStep):
-                v = step.value_id
-                if not 0 <= v < n:
-                    problems.append(f"build of v{v} is out of range (num_values={n})")
-                elif v in built:
-                    problems.append(f"v{v} is built twice")
-                else:
-                    built[v] = k
-        seen: set[int] = set()
-        for v, _ in blk.outputs:
-            if not 0 <= v < n:
-                problems.append(f"output v{v} is out of range (num_values={n})")
-                continue
-            if v in seen:
-                problems.append(f"v{v} is an output of one block twice")
-            seen.add(v)
-            escapes.setdefault(v, []).append(k)
-    for v, sites in escapes.items():
-        if v in built:
-            b = built[v]
-            for s in sites:
-                if s != b and s not in anc_ids[b]:
-                    problems.append(f"v{v} is built in one block and output by an unrelated one")
-        for s in sites:
-            for t in sites:
-                if s < t and s not in anc_ids[t]:
-                    problems.append(f"v{v} escapes from two blocks not on one nesting path")
-    return problems
-
-
-def well_formed(sched: OrderedSchedule) -> bool:
-    """Whether ``sched`` satisfies every V2 structural rule (:func:`well_formed_violations`).
-
-    Example:
-        >>> well_formed(OrderedSchedule(ScopeBlock(steps=(BuildStep(0),)), 1))
-        True
-    """
-    return not well_formed_violations(sched)
-
-
-def crossings(sched: OrderedSchedule) -> dict[tuple[int, ...], tuple[int, ...]]:
-    """Values that leave a loop block without an output entry there (invariant crossings).
-
-    Keyed by the block's path (child positions from the root); the values are produced
-    inside the block, read outside it, and not listed in its ``outputs``. The loop does
-    not touch them: a lowering keeps the value from the (first or last) iteration.
-
-    Example:
-        >>> crossings(OrderedSchedule(ScopeBlock(), 0))
-        {}
-    """
-    out: dict[tuple[int, ...], tuple[int, ...]] = {}
-
-    def produced(blk: ScopeBlock) -> set[int]:
-        got = {v for v, _ in blk.outputs}
-        for s in blk.steps:
-            got |= {s.value_id} if isinstance(s, BuildStep) else produced(s)
-        return got
-
-    def visit(blk: ScopeBlock, path: tuple[int, ...], readers_outside: set[int]) -> None:
-        # readers_outside: values read by steps outside blk (after or around it)
-        for k, s in enumerate(blk.steps):
-            if not isinstance(s, ScopeBlock):
-                continue
-            inner = produced(s)
-            outside = set(readers_outside)
-            for j, t in enumerate(blk.steps):
-                if j != k:
-                    outside |= _reads(t, sched)
-            outside |= {o for v, _ in blk.outputs for o in sched.operand_vids[v]}
-            escaping = {v for v in inner & outside if v not in {w for w, _ in s.outputs}}
-            if escaping:
-                out[(*path, k)] = tuple(sorted(escaping))
-            visit(s, (*path, k), outside)
-
-    visit(sched.root, (), set())
-    return out
-
-
-def _reads(step: Step, sched: OrderedSchedule) -> set[int]:
-    if isinstance(step, BuildStep):
-        return set(sched.operand_vids[step.value_id]) if sched.operand_vids else set()
-    got: set[int] = set()
-    for s in step.steps:
-        got |= _reads(s, sched)
-    for v, _ in step.outputs:
-        got |= set(sched.operand_vids[v]) if sched.operand_vids else set()
-    return got
