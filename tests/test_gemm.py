@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from sq_jax.expr.nodes import Index
 from sq_jax.lower.gemm import plan_gemm
-from sq_jax.lower.instructions import Contract
 from sq_jax.lower.interpret import _contract
+from sq_jax.lower.ir import Contract
 
 LABELS = [Index("a", n) for n in range(1, 8)]
 

@@ -21,7 +21,7 @@ from schedule_corpus import TEXT_CASES, random_blocks
 from sq_jax._pipeline import compile
 from sq_jax.forest.inputs import input_specs
 from sq_jax.forest.reference import evaluate_forest
-from sq_jax.lower.instructions import Loop
+from sq_jax.lower.ir import Loop
 from sq_jax.plan import BatchPlan
 
 RTOL = 1e-12

@@ -37,7 +37,7 @@ from jax import lax
 
 from ..forest.reference import _scalar_value
 from ..schedule.ir import LoopId
-from .instructions import Combine, Contract, Instr, Loop, LoweredProgram, Read
+from .ir import Combine, Contract, Instr, Loop, LoweredProgram, Read
 
 if TYPE_CHECKING:
     from .shard import ShardPlan

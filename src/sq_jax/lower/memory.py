@@ -49,7 +49,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..schedule.ir import LoopId
-from .instructions import Combine, Contract, Instr, Loop, LoweredProgram, Read
+from .ir import Combine, Contract, Instr, Loop, LoweredProgram, Read
 
 __all__ = ["MemoryModel", "Monomial", "memory_model"]
 

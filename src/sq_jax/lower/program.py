@@ -30,8 +30,8 @@ from ..forest.inputs import bind_inputs
 from ..forest.nodes import Forest
 from ..schedule import ScheduledForest
 from .aot import AotJit
-from .instructions import Combine, Contract, Instr, Loop, LoweredProgram
 from .interpret import run_lowered
+from .ir import Combine, Contract, Instr, Loop, LoweredProgram
 from .memory import memory_model
 
 if TYPE_CHECKING:

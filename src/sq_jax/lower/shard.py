@@ -61,8 +61,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .._errors import PlanError
 from ..schedule import ScheduledForest
 from ..schedule.peak import PeakCell, PeakSchedule, dag_path, peak_profile_sweep
-from .instructions import Instr, Loop, LoweredProgram
 from .interpret import _merge, _run_body, _shape
+from .ir import Instr, Loop, LoweredProgram
 
 __all__ = [
     "ShardPlan",
