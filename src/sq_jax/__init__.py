@@ -55,7 +55,7 @@ from .lower.program import Program as Program  # noqa: E402
 from .plan.batch import BatchPlan as BatchPlan  # noqa: E402
 from .plan.batch import LoopKind as LoopKind  # noqa: E402
 from .schedule import ScheduledForest as ScheduledForest  # noqa: E402
-from .schedule import schedule as schedule  # noqa: E402
+from .schedule import ordered_schedule as ordered_schedule  # noqa: E402
 from .schedule import schedule_forest as schedule_forest  # noqa: E402
 from .schedule.ir import OrderedSchedule as OrderedSchedule  # noqa: E402
 

@@ -50,7 +50,7 @@ from typing import Any
 
 from ..expr.spaces import Spaces
 from ..forest.cost import node_flops
-from . import ScheduledForest
+from .driver import ScheduledForest
 from .ir import BuildStep, LoopId, ScopeBlock
 from .rich import ValueCell
 
