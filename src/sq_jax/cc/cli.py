@@ -176,9 +176,8 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
 
 
 def _run_schedule(args: argparse.Namespace) -> int:
-    import sq_jax as sq
-
     from .._pipeline import compile as compile_program
+    from ..expr.spaces import Spaces
     from .equations import available, load_equations
 
     text = args.equations
@@ -187,7 +186,7 @@ def _run_schedule(args: argparse.Namespace) -> int:
     elif Path(text).is_file():
         text = Path(text).read_text()
     extents = _pairs(args.spaces, "--spaces")
-    spaces = sq.Spaces(**{k: v for k, v in extents.items()})
+    spaces = Spaces(**{k: v for k, v in extents.items()})
     batch = _pairs(args.batch, "--batch") if args.batch else None
     program = compile_program(text, spaces, batch=batch, memory_budget=args.memory)
     print(program.schedule)
