@@ -248,7 +248,7 @@ def _flops_of(spec: str, shapes: list[tuple[int, ...]]) -> int:
 
 def profile_w1(system: wl.System, reps: int) -> dict:
     """Time each Contract/Combine of the unbatched ccsd_so program alone (jitted)."""
-    from sq_jax.lower.interpret import _contract
+    from sq_jax.lower.execute import contract as _contract
     from sq_jax.lower.ir import Combine, Contract
 
     ints = system.so

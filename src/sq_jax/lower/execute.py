@@ -27,7 +27,15 @@ from ..forest.reference import _scalar_value
 from ..schedule.ir import LoopId
 from .ir import Combine, Contract, Instr, Loop, Read
 
-__all__ = ["Ctx", "block_shape", "merge_batches", "read_operand", "run_body", "run_loop"]
+__all__ = [
+    "Ctx",
+    "block_shape",
+    "contract",
+    "merge_batches",
+    "read_operand",
+    "run_body",
+    "run_loop",
+]
 
 Ctx = Mapping[LoopId, tuple[Any, int, Any]]
 """Active loops: loop instance -> (start of the current batch, its static size, first
@@ -63,8 +71,18 @@ def _mask(x: Any, position: int, size: int, valid_from: Any) -> Any:
     return jnp.where(keep, x, jnp.zeros((), x.dtype))
 
 
-def _contract(ins: Contract, ops: list[Any]) -> Any:
-    """One contraction: ``dot_general`` on grouped 2-D/3-D views (:mod:`..gemm`)."""
+def contract(ins: Contract, ops: list[Any]) -> Any:
+    """One contraction: ``dot_general`` on grouped 2-D/3-D views (:mod:`..gemm`).
+
+    Without a gemm plan (a mode twice on one operand) it runs as ``einsum``.
+
+    Example:
+        >>> import numpy as np
+        >>> from sq_jax.lower.ir import Read
+        >>> ins = Contract(0, "ab,bc->ac", (Read(1), Read(2)), ())
+        >>> contract(ins, [np.eye(2), np.ones((2, 3))]).tolist()
+        [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
+    """
     plan = ins.gemm
     if plan is None:
         return jnp.einsum(ins.spec, *ops, precision=lax.Precision.HIGHEST)
@@ -112,7 +130,7 @@ def run_body(
                 _, size, valid_from = ctx[lp]
                 if valid_from is not None:
                     ops[k] = _mask(ops[k], p, size, valid_from)
-            env[ins.value_id] = _contract(ins, ops)
+            env[ins.value_id] = contract(ins, ops)
         elif isinstance(ins, Combine):
             terms = []
             ops = [read_operand(r, env, ctx, blocks, dtype) for r in ins.operands]
