@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 import sq_jax as sq
-from sq_jax._units import format_bytes
+from sq_jax import format_bytes
 from sq_jax.budget import plan_for_budget
 from sq_jax.cc.equations import load_equations
 from sq_jax.forest.inputs import input_specs

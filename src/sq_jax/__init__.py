@@ -25,6 +25,7 @@ from ._errors import ScheduleError as ScheduleError  # noqa: E402
 from ._errors import SpaceError as SpaceError  # noqa: E402
 from ._errors import SqJaxError as SqJaxError  # noqa: E402
 from ._pipeline import compile as compile  # noqa: E402
+from ._units import format_bytes as format_bytes  # noqa: E402
 from ._units import parse_bytes as parse_bytes  # noqa: E402
 from .budget import plan_for_budget as plan_for_budget  # noqa: E402
 from .expr.nodes import Constant as Constant  # noqa: E402
