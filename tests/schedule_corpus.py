@@ -29,7 +29,7 @@ from sq_jax.expr.nodes import Index, Tensor
 from sq_jax.forest.canon import leaf_node, product_node, sum_node
 from sq_jax.forest.inputs import block_key, input_specs
 from sq_jax.forest.nodes import EvalNode, Forest, NodeKind, Root
-from sq_jax.forest.reference import _scalar_value, evaluate_forest
+from sq_jax.forest.reference import evaluate_forest, scalar_value
 from sq_jax.plan import BatchPlan
 from sq_jax.schedule import ScheduledForest, schedule_forest
 from sq_jax.schedule.ir import BuildStep, OrderedSchedule, OutputKind, ScopeBlock
@@ -434,7 +434,7 @@ def run_schedule(sf: ScheduledForest, blocks: Mapping[str, Any]) -> dict[str, An
             if rich.cells[v].is_leaf:
                 assert node is not None
                 if node.kind is NodeKind.SCALAR:
-                    leaf_arr = np.asarray(_scalar_value(np, node.scalar, blocks))
+                    leaf_arr = np.asarray(scalar_value(np, node.scalar, blocks))
                 else:
                     leaf_arr = blocks[block_key(node.tensor)]
             got = reads[point] = (v, rec_at[point].read_slices(), leaf_arr)
@@ -550,7 +550,7 @@ def run_schedule(sf: ScheduledForest, blocks: Mapping[str, Any]) -> dict[str, An
         if rich.cells[v].is_leaf:  # an input as the whole right-hand side
             assert node is not None
             if node.kind is NodeKind.SCALAR:
-                arr = np.asarray(_scalar_value(np, node.scalar, blocks))
+                arr = np.asarray(scalar_value(np, node.scalar, blocks))
             else:
                 arr = blocks[block_key(node.tensor)]
             sliced = (None,) * arr.ndim

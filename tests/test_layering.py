@@ -15,8 +15,9 @@ the order too). An import inside a function body runs only when called; such a l
 import may point up the stages only when it is listed in :data:`LAZY_UPWARD` with its
 reason (an optional feature reached from below, like plotting a program).
 
-Besides the order: no import cycle between stages, and no import cycle between the
-modules themselves (module-level imports), so every module can be imported first.
+Besides the order: no import cycle between stages, no import cycle between the modules
+themselves (module-level imports), so every module can be imported first, and no module
+reaches into another stage's private names (``from ..forest.x import _helper``).
 """
 
 from __future__ import annotations
@@ -207,6 +208,33 @@ def test_no_import_cycles_between_modules():
     # a package's __init__ re-exports its modules; a module importing its own package
     # back (``from . import x``) would close a cycle through it and is caught here
     assert _cycle(graph) is None, f"modules import each other: {_cycle(graph)}"
+
+
+def private_imports(module: str, source: str, is_package: bool) -> list[str]:
+    """``from X import _name`` lines of ``module`` where ``X`` is in another stage."""
+    package = module if is_package else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        base = package.split(".")
+        target = node.module or ""
+        if node.level:
+            base = base[: len(base) - (node.level - 1)]
+            target = ".".join(base + ([node.module] if node.module else []))
+        if target.split(".")[0] != PACKAGE or stage_of(target) == stage_of(module):
+            continue
+        hidden = [a.name for a in node.names if a.name.startswith("_")]
+        if hidden:
+            out.append(f"{module}:{node.lineno} imports {hidden} from {target}")
+    return out
+
+
+def test_no_private_names_across_stages():
+    problems = [v for m, (src, pkg) in MODULES.items() for v in private_imports(m, src, pkg)]
+    assert not problems, "private names used across stages:\n" + "\n".join(problems)
+    assert private_imports("sq_jax.lower.execute", "from ..forest.reference import _x\n", False)
+    assert not private_imports("sq_jax.lower.execute", "from .ir import _y\n", False)
 
 
 @pytest.mark.parametrize(

@@ -25,3 +25,4 @@ from .nodes import Root as Root
 from .reference import evaluate_forest as evaluate_forest
 from .reference import evaluate_reference as evaluate_reference
 from .reference import evaluate_reference_jax as evaluate_reference_jax
+from .reference import scalar_value as scalar_value

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..forest.reference import _scalar_value
+from ..forest.reference import scalar_value
 from ..schedule.ir import LoopId
 from .ir import Combine, Contract, Instr, Loop, Read
 
@@ -53,7 +53,7 @@ def read_operand(
 ) -> Any:
     """The operand, cut on use: ``x[..., start:start+size, ...]`` along each sliced mode."""
     if read.scalar is not None:
-        return jnp.asarray(_scalar_value(jnp, read.scalar.scalar, blocks), dtype=dtype)
+        return jnp.asarray(scalar_value(jnp, read.scalar.scalar, blocks), dtype=dtype)
     x = blocks[read.input_key] if read.input_key is not None else env[read.value_id]
     if not read.slices:
         return x
