@@ -42,10 +42,21 @@ __all__ = [
     "ScopeBlock",
     "ScopeLevel",
     "Step",
+    "loop_name",
 ]
 
 LoopId = tuple[str, int]
 """A loop instance: ``(space, loop_slot)``."""
+
+
+def loop_name(loop: LoopId) -> str:
+    """A loop instance as text: ``a#0``.
+
+    Example:
+        >>> loop_name(("a", 0))
+        'a#0'
+    """
+    return f"{loop[0]}#{loop[1]}"
 
 
 class OutputKind(enum.Enum):

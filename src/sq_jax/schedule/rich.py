@@ -213,6 +213,21 @@ class RichSchedule:
     root_values: tuple[int, ...] = ()
     """The value id of every forest root, in forest order."""
 
+    def value_name(self, v: int) -> str:
+        """Value ``v`` for messages: ``v3 `(f{a_1;a_2} * t{a_2;i_1})```.
+
+        Example:
+            >>> import sq_jax as sq
+            >>> from sq_jax.plan import BatchPlan
+            >>> from sq_jax.schedule import schedule_forest
+            >>> forest = sq.build_forest(sq.parse("E = f{i1;a1} t{a1;i1}"), sq.Spaces(i=2, a=4))
+            >>> schedule_forest(forest, BatchPlan()).rich.value_name(2)
+            'v2 `(f{i_1;a_1} * t{a_1;i_1})`'
+        """
+        cell = self.cells[v]
+        text = expr_text(cell.node) if cell.node is not None else f"#{cell.key:x}"
+        return f"v{v} `{text}`"
+
     def kind_of(self, loop: LoopId) -> LoopKind | None:
         """The kind of a loop instance (``None`` if unknown)."""
         return dict(self.loop_kind).get(loop)
