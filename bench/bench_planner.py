@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python bench/bench_planner.py [--xla] [--out DIR]``.
 
 For budgets of 1/2, 1/4 and 1/8 of the unbatched static peak, times
-:func:`sq_jax.plan.budget.plan_for_budget` (wall and CPU, median of ``--repeat`` cold
+:func:`sq_jax.budget.plan_for_budget` (wall and CPU, median of ``--repeat`` cold
 calls; target < 5 s each), and prints the chosen plan, its static peak, the peak / budget
 ratio and its FLOPs / the unbatched FLOPs (recomputation). A budget below the smallest
 reachable peak (1/8 for CCSD: the result R2 alone is 1/7 of the unbatched peak) is
@@ -29,10 +29,11 @@ from pathlib import Path
 import numpy as np
 
 import sq_jax as sq
+from sq_jax import format_bytes
+from sq_jax.budget import plan_for_budget
 from sq_jax.cc.equations import load_equations
 from sq_jax.forest.inputs import input_specs
 from sq_jax.plan import BatchPlan
-from sq_jax.plan.budget import format_bytes, plan_for_budget
 from sq_jax.schedule import schedule_forest
 from sq_jax.schedule.cost import schedule_flops
 

@@ -133,7 +133,7 @@ def _flops_of(spec: str, shapes: list[tuple[int, ...]]) -> int:
 
 
 def _contract_row(ins: Any, a: Any, b: Any, reps: int, env: dict) -> dict:
-    from sq_jax.lower.interpret import _contract
+    from sq_jax.lower.execute import contract as _contract
 
     f = jax.jit(lambda x, y, ins=ins: _contract(ins, [x, y]))  # as the program runs it
     t = median_alone(f, reps, a, b)
@@ -170,7 +170,7 @@ def _combine_row(ins: Any, xs: list, reps: int, env: dict) -> dict:
 
 
 def _instruction_rows(prog: Any, blocks: dict, reps: int) -> list[dict]:
-    from sq_jax.lower.instructions import Combine, Contract
+    from sq_jax.lower.ir import Combine, Contract
 
     env: dict[int, Any] = {}
 

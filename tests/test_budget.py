@@ -1,4 +1,4 @@
-"""The memory-budget planner (plan/budget.py) and the schedule FLOP count (schedule/cost.py)."""
+"""The memory-budget planner (budget/) and the schedule FLOP count (schedule/cost.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 
 import sq_jax as sq
+from sq_jax._units import format_bytes, parse_bytes
+from sq_jax.budget import XLA_HEADROOM, plan_for_budget, required_bytes, search
 from sq_jax.cc.equations import load_equations
 from sq_jax.forest.inputs import input_specs
 from sq_jax.lower.instructions import lower_schedule
-from sq_jax.lower.program import static_flops
-from sq_jax.plan import BatchPlan, SpaceBatch, budget
-from sq_jax.plan.budget import format_bytes, parse_bytes, plan_for_budget, required_bytes
+from sq_jax.plan import BatchPlan, SpaceBatch
 from sq_jax.schedule import schedule_forest
 from sq_jax.schedule.cost import flop_terms, schedule_flops
+from tests.helpers.flops_oracle import static_flops
 from tests.helpers.schedule_corpus import TEXT_CASES, random_case, text_case
 
 CCSD_SPACES = sq.Spaces(i=4, a=8)
@@ -287,7 +288,7 @@ def test_a_schedule_error_only_excludes_that_candidate(ccd, monkeypatch):
     p0 = _peak(ccd, BatchPlan())
     free = plan_for_budget(ccd, p0 // 2)
     assert any(s.space == "a" and s.external for s in free.spaces)
-    real = budget.schedule_forest
+    real = search.schedule_forest
 
     def refuse_external_a(forest, plan, **kw):
         s = plan.batch_for("a")
@@ -295,7 +296,7 @@ def test_a_schedule_error_only_excludes_that_candidate(ccd, monkeypatch):
             raise sq.ScheduleError("refused for the test")
         return real(forest, plan, **kw)
 
-    monkeypatch.setattr(budget, "schedule_forest", refuse_external_a)
+    monkeypatch.setattr(search, "schedule_forest", refuse_external_a)
     plan = plan_for_budget(ccd, p0 // 2)
     assert not plan.is_batched("a", sq.LoopKind.EXTERNAL)
     assert _peak(ccd, plan) <= p0 // 2
@@ -341,7 +342,7 @@ def test_budget_planned_program_matches_the_reference(programs):
     for forest, b, plan, prog, compiled, inputs in programs:
         ref = ref or sq.evaluate_reference(forest, None, inputs)
         assert bool(plan.spaces) == (b < programs[0][1])  # the generous one is unbatched
-        assert prog.peak_bytes <= b and prog.memory_bytes * budget.XLA_HEADROOM <= b
+        assert prog.peak_bytes <= b and prog.memory_bytes * XLA_HEADROOM <= b
         assert prog.flops == schedule_flops(prog.schedule)
         got = compiled(inputs)
         for name, want in ref.items():

@@ -2,9 +2,9 @@ import re
 
 import pytest
 
+from sq_jax.budget import XLA_HEADROOM
 from sq_jax.cc.cli import main
 from sq_jax.cc.integrals import default_reference
-from sq_jax.plan.budget import XLA_HEADROOM
 
 
 def test_ccsd_main_job_prints_the_reference_energy(capsys):

@@ -11,6 +11,7 @@ import pytest
 from pyscf import gto, scf
 
 import sq_jax as sq
+from sq_jax.budget import required_bytes
 from sq_jax.cc import dry_run
 from sq_jax.cc.cli import main
 from sq_jax.cc.df import df_integrals
@@ -18,7 +19,6 @@ from sq_jax.cc.equations import load_equations
 from sq_jax.cc.forecast import measure_gemm_rate
 from sq_jax.cc.xyz import molecule_geometry
 from sq_jax.lower.aot import AotJit
-from sq_jax.plan.budget import required_bytes
 
 H2O = molecule_geometry("h2o").pyscf_atoms()
 

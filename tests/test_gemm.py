@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sq_jax.expr.nodes import Index
+from sq_jax.lower.execute import contract
 from sq_jax.lower.gemm import plan_gemm
-from sq_jax.lower.instructions import Contract
-from sq_jax.lower.interpret import _contract
+from sq_jax.lower.ir import Contract
 
 LABELS = [Index("a", n) for n in range(1, 8)]
 
@@ -28,7 +28,7 @@ def _run(left, right, out, sizes, nbytes=(1, 1)):
     stored = plan.output if plan is not None else tuple(out)
     want = np.einsum(f"{spec(left)},{spec(right)}->{spec(stored)}", x, y)
     ins = Contract(0, f"{spec(left)},{spec(right)}->{spec(stored)}", (None, None), (), (), plan)
-    got = np.asarray(jax.jit(lambda a, b: _contract(ins, [a, b]))(jnp.asarray(x), jnp.asarray(y)))
+    got = np.asarray(jax.jit(lambda a, b: contract(ins, [a, b]))(jnp.asarray(x), jnp.asarray(y)))
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     return plan
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import sq_jax as sq
+from sq_jax._errors import DemotionFixpointError, UnknownValueError
 from sq_jax.expr.nodes import Index
 from sq_jax.plan import BatchPlan, annotate
-from sq_jax.schedule.errors import DemotionFixpointError, UnknownValueError
 from sq_jax.schedule.legality import (
     AxisClass,
     CellLegality,
@@ -19,7 +19,7 @@ from sq_jax.schedule.legality import (
     forced_split_demotions,
     forced_split_types,
 )
-from sq_jax.schedule.rich import OccurrenceRec, RichSchedule, compute_dag_boulevard
+from sq_jax.schedule.rich import OccurrenceRec, RichSchedule, build_rich_schedule
 from tests.helpers.hand_schedules import hand_ac12
 from tests.helpers.schedule_corpus import SPACES, TEXT_CASES, schedule_text, text_case
 
@@ -42,7 +42,7 @@ LL, RED, LC, INV = (
 
 def _rich(text: str, plan: dict) -> RichSchedule:
     forest = sq.build_forest(sq.parse(text), SPACES)
-    return compute_dag_boulevard(annotate(forest, BatchPlan.of(plan)))
+    return build_rich_schedule(annotate(forest, BatchPlan.of(plan)))
 
 
 def test_ac1_build_site_of_full_contraction():
@@ -90,7 +90,7 @@ def test_ac3_forced_split_types():
 def test_ac4_cross_iteration_roles():
     """AC-4 under V2 with leaves as inputs: the leaf `A` has no roles; `B` opens both loops."""
     forest, plan = text_case("cross_iteration")
-    rich = compute_dag_boulevard(annotate(forest, plan))
+    rich = build_rich_schedule(annotate(forest, plan))
     leg = analyze_legality(rich, forest)
     a, b = leg.cells
     assert a.per_axis == ()
@@ -111,7 +111,7 @@ def test_ac7_all_four_roles_reachable():
 
 def _doubles():
     forest, plan = text_case("doubles_occ")
-    return forest, compute_dag_boulevard(annotate(forest, plan))
+    return forest, build_rich_schedule(annotate(forest, plan))
 
 
 def test_ac6_demotion_fixpoint():
@@ -160,7 +160,7 @@ def test_ac12_single_sided_demotion_trigger():
 def test_invariants_over_text_cases():
     for name in TEXT_CASES:
         forest, plan = text_case(name)
-        rich = compute_dag_boulevard(annotate(forest, plan))
+        rich = build_rich_schedule(annotate(forest, plan))
         leg = analyze_legality(rich, forest)
         assert len(leg.cells) == len(rich.cells)
         for c, lc in zip(rich.cells, leg.cells, strict=True):

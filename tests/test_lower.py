@@ -16,7 +16,7 @@ import sq_jax as sq
 from sq_jax._pipeline import compile
 from sq_jax.forest.inputs import input_specs
 from sq_jax.forest.reference import evaluate_forest
-from sq_jax.lower.instructions import Loop
+from sq_jax.lower.ir import Loop
 from sq_jax.plan import BatchPlan
 from tests.helpers.corpus import (
     CASES,

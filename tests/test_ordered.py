@@ -12,17 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sq_jax as sq
-from sq_jax.expr.nodes import Index, Variable
-from sq_jax.forest.canon import scalar_node, sum_node
-from sq_jax.plan import BatchPlan, LoopKind, annotate
-from sq_jax.schedule import ScheduledForest, schedule_annotated, schedule_forest
-from sq_jax.schedule.errors import (
+from sq_jax._errors import (
     InternalScheduleError,
     LaterPassReaderError,
     LoopOrderCycleError,
     ReductionWithoutSlotError,
     StepCycleError,
 )
+from sq_jax.expr.nodes import Index, Variable
+from sq_jax.forest.canon import scalar_node, sum_node
+from sq_jax.plan import BatchPlan, LoopKind, annotate
+from sq_jax.schedule import ScheduledForest, schedule_annotated, schedule_forest
 from sq_jax.schedule.ir import BuildStep, OrderedSchedule, OutputKind, ScopeBlock, ScopeLevel
 from sq_jax.schedule.legality import (
     AxisClass,
@@ -31,14 +31,10 @@ from sq_jax.schedule.legality import (
     LoopRole,
     analyze_legality,
 )
-from sq_jax.schedule.ordered import (
-    build_ordered_schedule,
-    crossings,
-    forced_split_levels,
-    well_formed,
-)
+from sq_jax.schedule.ordered import build_ordered_schedule, forced_split_levels
 from sq_jax.schedule.peak import dag_path, peak_profile_sweep
-from sq_jax.schedule.rich import OccurrenceRec, RichSchedule, ValueCell, compute_dag_boulevard
+from sq_jax.schedule.rich import OccurrenceRec, RichSchedule, ValueCell, build_rich_schedule
+from sq_jax.schedule.wellformed import crossings, well_formed
 from tests.helpers.hand_schedules import hand_ac12
 from tests.helpers.schedule_corpus import (
     CC_PLANS,
@@ -161,7 +157,7 @@ def _is_gt(cell) -> bool:
 def _demoted(name: str, pick=_is_gt) -> ScheduledForest:
     forest, plan = text_case(name)
     ann = annotate(forest, plan)
-    rich = compute_dag_boulevard(ann)
+    rich = build_rich_schedule(ann)
     target = next(c for c in rich.cells if pick(c))
     leg = analyze_legality(rich, forest, demotion_source=lambda _: [(target.key, "i")])
     ordered = build_ordered_schedule(rich, leg)
@@ -358,8 +354,8 @@ def test_later_pass_reader_in_another_nest():
 
 def test_legality_from_another_schedule_is_refused():
     forest, plan = text_case("df_kappa")
-    rich = compute_dag_boulevard(annotate(forest, plan))
-    other = compute_dag_boulevard(annotate(*text_case("doubles_occ")))
+    rich = build_rich_schedule(annotate(forest, plan))
+    other = build_rich_schedule(annotate(*text_case("doubles_occ")))
     leg = analyze_legality(other)
     with pytest.raises(InternalScheduleError):
         build_ordered_schedule(rich, leg)
@@ -395,7 +391,7 @@ def test_tree_of_loops_not_a_chain():
     (outer,) = sf.ordered.root.blocks()
     assert [b.level.space for b in outer.blocks()] == ["a", "a"]
     assert all(not b.blocks() for b in outer.blocks())
-    assert crossings(sf.ordered) == {}
+    assert crossings(sf.ordered, sf.rich.root_values) == {}
 
 
 def test_shared_value_inside_and_outside_a_loop():

@@ -18,7 +18,7 @@ from sq_jax.schedule.peak import (
     peak_profile_replay,
     peak_profile_sweep,
 )
-from sq_jax.schedule.rich import compute_dag_boulevard
+from sq_jax.schedule.rich import build_rich_schedule
 from tests.helpers.schedule_corpus import TEXT_CASES, random_case, text_case
 
 O1, I1, A1, X1 = Index("o", 1), Index("i", 1), Index("a", 1), Index("x", 1)
@@ -66,12 +66,12 @@ def test_ac16_sweep():
 def test_sweep_equals_replay_and_batching_does_not_raise_the_peak(name):
     forest, plan = text_case(name)
     ann = annotate(forest, plan)
-    rich = compute_dag_boulevard(ann)
+    rich = build_rich_schedule(ann)
     for leaves in (False, True):
         s = dag_path(rich, ann, include_leaves=leaves)
         assert peak_profile_sweep(s).peak_bytes == peak_profile_replay(s)
     flat = annotate(forest, BatchPlan())
-    flat_peak = peak_profile_sweep(dag_path(compute_dag_boulevard(flat), flat)).peak_bytes
+    flat_peak = peak_profile_sweep(dag_path(build_rich_schedule(flat), flat)).peak_bytes
     assert peak_profile_sweep(dag_path(rich, ann)).peak_bytes <= flat_peak
 
 

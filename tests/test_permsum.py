@@ -25,7 +25,8 @@ from sq_jax.forest._permsum import group_permuted, relabel_node
 from sq_jax.forest.canon import leaf_node
 from sq_jax.forest.inputs import input_specs
 from sq_jax.forest.nodes import NodeKind
-from sq_jax.lower.instructions import Combine, Loop, lower_schedule
+from sq_jax.lower.instructions import lower_schedule
+from sq_jax.lower.ir import Combine, Loop
 from sq_jax.plan import BatchPlan
 from sq_jax.schedule import schedule_forest
 from sq_jax.schedule.cost import schedule_flops

@@ -6,11 +6,12 @@ from fractions import Fraction
 
 import pytest
 
+from sq_jax._errors import AnnotationError
 from sq_jax.expr.nodes import Index
 from sq_jax.plan import BatchPlan, LoopKind, annotate, annotate_by_hand
-from sq_jax.schedule.errors import AnnotationError
 from sq_jax.schedule.ir import BuildStep
-from sq_jax.schedule.rich import _Loops, compute_dag_boulevard
+from sq_jax.schedule.loop_identity import Loops
+from sq_jax.schedule.rich import build_rich_schedule
 from tests.helpers.schedule_corpus import (
     SPACES,
     add,
@@ -26,7 +27,7 @@ EXT_I = {"i": {"batches": 2, "roles": "external"}}
 
 def test_points_are_a_global_post_order():
     forest, plan = text_case("multi_root")
-    rich = compute_dag_boulevard(annotate(forest, plan))
+    rich = build_rich_schedule(annotate(forest, plan))
     recs = sorted((o for c in rich.cells for o in c.occurrences), key=lambda o: o.point)
     assert [o.point for o in recs] == list(range(rich.num_points))
     for o in recs:
@@ -39,7 +40,7 @@ def test_points_are_a_global_post_order():
 
 def test_own_loop_excluded_from_ectx_and_home():
     forest, plan = text_case("df_kappa")
-    rich = compute_dag_boulevard(annotate(forest, plan))
+    rich = build_rich_schedule(annotate(forest, plan))
     top = rich.cells[rich.root_values[0]]
     (occ,) = top.occurrences
     assert occ.ectx == () and occ.home == ()
@@ -53,7 +54,7 @@ def test_own_loop_excluded_from_ectx_and_home():
 
 def test_cross_iteration_two_loop_instances():
     forest, plan = text_case("cross_iteration")
-    rich = compute_dag_boulevard(annotate(forest, plan))
+    rich = build_rich_schedule(annotate(forest, plan))
     assert rich.loop_kind == ((("i", 0), LoopKind.EXTERNAL), (("i", 1), LoopKind.EXTERNAL))
     assert rich.loop_order == ()  # two External loops impose no order
     a, b = rich.cells
@@ -90,14 +91,14 @@ def test_position_conflict_keeps_two_values():
 
 def test_value_key_is_hash_when_unsliced():
     forest, _ = text_case("multi_root")
-    rich = compute_dag_boulevard(annotate(forest, BatchPlan()))
+    rich = build_rich_schedule(annotate(forest, BatchPlan()))
     assert all(c.key == c.hash for c in rich.cells)
     assert len({c.key for c in rich.cells}) == len(rich.cells)
 
 
 def test_union_find_refusals():
     i1, i2, k1 = Index("i", 1), Index("i", 2), Index("Κ", 1)
-    loops = _Loops()
+    loops = Loops()
     a = loops.add(i1, LoopKind.EXTERNAL, 0)
     b = loops.add(k1, LoopKind.CONTRACTED, 1)
     c = loops.add(k1, LoopKind.CONTRACTED, 2)
@@ -117,7 +118,7 @@ def test_union_find_refusals():
 def test_union_find_keeps_enclosing_loops():
     # rule 5: a fold may not change which loops must enclose a loop
     i1, k1 = Index("i", 1), Index("Κ", 1)
-    loops = _Loops()
+    loops = Loops()
     outer = loops.add(i1, LoopKind.EXTERNAL, 0)
     free = loops.add(k1, LoopKind.CONTRACTED, 1)
     held = loops.add(k1, LoopKind.CONTRACTED, 2)
@@ -154,7 +155,7 @@ def test_deep_sum_chain_is_iterative():
     for k in range(3000):
         node = add(node, mul(leaf(f"F{k}", "a1", "a2"), leaf("t", "a2", "i1")), rc=Fraction(1, 2))
     forest = forest_of(("R", node))
-    rich = compute_dag_boulevard(annotate(forest, BatchPlan.of(EXT_I)))
+    rich = build_rich_schedule(annotate(forest, BatchPlan.of(EXT_I)))
     assert rich.num_points == 3001 * 3 + 3000
     assert len(rich.loop_kind) == 1
 
@@ -174,7 +175,7 @@ def test_annotation_errors(opens, match):
     )
     ann = annotate_by_hand(forest, BatchPlan.of({"i": 2, "Κ": 2}), opens)
     with pytest.raises(AnnotationError, match=match) as err:
-        compute_dag_boulevard(ann)
+        build_rich_schedule(ann)
     assert "value `" in str(err.value) and "Κ_1" in str(err.value)  # names the expression
 
 
@@ -184,10 +185,10 @@ def test_summed_label_shadowing_an_enclosing_loop():
     forest = forest_of(("R", top))
     ann = annotate_by_hand(forest, BatchPlan.of({"a": 2}), {(0, 0): [("a_1", "External")]})
     with pytest.raises(AnnotationError, match="shadow"):
-        compute_dag_boulevard(ann)
+        build_rich_schedule(ann)
 
 
 def test_str_is_readable():
     forest, plan = text_case("df_kappa")
-    text = str(compute_dag_boulevard(annotate(forest, plan)))
+    text = str(build_rich_schedule(annotate(forest, plan)))
     assert "loop Κ#0: Contracted" in text and "B{p_1,p_3;;Κ_1}" in text

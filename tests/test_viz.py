@@ -10,6 +10,7 @@ import matplotlib.image
 import pytest
 
 import sq_jax as sq
+from sq_jax._units import human_bytes
 from sq_jax.expr.spaces import Spaces
 from sq_jax.forest.nodes import Forest
 from sq_jax.plan import AnnotatedForest, BatchPlan
@@ -17,7 +18,7 @@ from sq_jax.schedule import ScheduledForest, schedule_annotated, schedule_forest
 from sq_jax.schedule.ir import BuildStep
 from sq_jax.schedule.peak import dag_path
 from sq_jax.viz import plot_loop_nest, plot_peak_profile
-from sq_jax.viz._common import MISSING, human_bytes
+from sq_jax.viz._common import MISSING
 from sq_jax.viz.loop_nest import BLOCK_GID_PREFIX
 from sq_jax.viz.peak import CURVE_GID, LIVE_GID, LOOP_GID, MARKER_GID, live_bytes
 

@@ -25,6 +25,9 @@ from ._errors import ScheduleError as ScheduleError  # noqa: E402
 from ._errors import SpaceError as SpaceError  # noqa: E402
 from ._errors import SqJaxError as SqJaxError  # noqa: E402
 from ._pipeline import compile as compile  # noqa: E402
+from ._units import format_bytes as format_bytes  # noqa: E402
+from ._units import parse_bytes as parse_bytes  # noqa: E402
+from .budget import plan_for_budget as plan_for_budget  # noqa: E402
 from .expr.nodes import Constant as Constant  # noqa: E402
 from .expr.nodes import Equation as Equation  # noqa: E402
 from .expr.nodes import Index as Index  # noqa: E402
@@ -52,10 +55,8 @@ from .forest.reference import evaluate_reference_jax as evaluate_reference_jax  
 from .lower.program import Program as Program  # noqa: E402
 from .plan.batch import BatchPlan as BatchPlan  # noqa: E402
 from .plan.batch import LoopKind as LoopKind  # noqa: E402
-from .plan.budget import parse_bytes as parse_bytes  # noqa: E402
-from .plan.budget import plan_for_budget as plan_for_budget  # noqa: E402
 from .schedule import ScheduledForest as ScheduledForest  # noqa: E402
-from .schedule import schedule as schedule  # noqa: E402
+from .schedule import ordered_schedule as ordered_schedule  # noqa: E402
 from .schedule import schedule_forest as schedule_forest  # noqa: E402
 from .schedule.ir import OrderedSchedule as OrderedSchedule  # noqa: E402
 

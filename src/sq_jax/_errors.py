@@ -4,6 +4,10 @@ Every error sq_jax raises on purpose derives from :class:`SqJaxError`, so a call
 catch them all with one ``except``. Messages say what was received, what was expected,
 and how to fix it, quoting the offending token, term or tensor.
 
+The scheduler's refusals are one :class:`ScheduleError` subclass per case, below the
+stage errors: every input the scheduler cannot express raises, never asserts; messages
+name the value (its id and expression), the loops involved, and how to fix the input.
+
 Example:
     >>> import sq_jax as sq
     >>> try:
@@ -11,6 +15,8 @@ Example:
     ... except sq.SqJaxError as err:
     ...     print(type(err).__name__)
     ParseError
+    >>> issubclass(LoopOrderCycleError, sq.ScheduleError)
+    True
 """
 
 from __future__ import annotations
@@ -76,3 +82,54 @@ class MemoryBudgetError(PlanError):
 
 class PipelineOrderError(SqJaxError):
     """A pass was called on an IR value that has not reached the stage it needs."""
+
+
+# -- the scheduler's refusals (ScheduleError subclasses) ------------------------------
+
+
+class AnnotationError(ScheduleError):
+    """A loop annotation does not fit its node (wrong mode, shadowed label, ...)."""
+
+
+class LoopKindConflictError(ScheduleError):
+    """One loop instance was opened both as ``External`` and as ``Contracted``."""
+
+
+class UnknownValueError(ScheduleError):
+    """A value of the rich schedule has no node in the forest it is analysed against."""
+
+
+class DemotionFixpointError(ScheduleError):
+    """The legality demotion fixpoint did not settle within its round cap."""
+
+
+class StepCycleError(ScheduleError):
+    """The steps of one block cannot be ordered: their dependencies form a cycle."""
+
+
+class LoopOrderCycleError(ScheduleError):
+    """The required (outer, inner) loop nesting pairs contradict each other."""
+
+
+class ReductionWithoutSlotError(ScheduleError):
+    """A value reduces a batched mode that no loop instance was assigned to."""
+
+
+class LaterPassReaderError(ScheduleError):
+    """A later-pass reader in another nest needs a value that never leaves its loop."""
+
+
+class UnescapedNonLocalError(ScheduleError):
+    """Materializing a value across a pass split found a non-local axis with no escape."""
+
+
+class PartialSumReadError(ScheduleError):
+    """A value would read a sum escape from inside its loop in the same pass."""
+
+
+class MalformedScheduleError(ScheduleError):
+    """The ordered schedule the builder produced breaks a ``well_formed`` rule."""
+
+
+class InternalScheduleError(ScheduleError):
+    """An internal invariant of the scheduler does not hold (a bug; please report it)."""

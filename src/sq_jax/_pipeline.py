@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._errors import PlanError
+from .budget import plan_for_budget
 from .expr.nodes import Equation
 from .expr.parse import parse
 from .expr.spaces import Spaces
@@ -23,7 +24,6 @@ from .lower.instructions import lower_schedule
 from .lower.program import Program, make_program
 from .lower.shard import make_shard_plan
 from .plan.batch import BatchPlan
-from .plan.budget import plan_for_budget
 from .schedule import schedule_forest
 
 __all__ = ["compile"]
@@ -68,7 +68,7 @@ def compile(
             allocates — intermediates, XLA's operand copies, loop buffers and results, as
             predicted by ``program.memory_bytes`` with 25% headroom; inputs excluded: the
             batch plan that fits it with the fewest FLOPs is chosen
-            (:func:`~sq_jax.plan.budget.plan_for_budget`). Exclusive with ``batch``.
+            (:func:`~sq_jax.budget.plan_for_budget`). Exclusive with ``batch``.
         mesh: a one-axis ``jax.sharding.Mesh``: the batches of the outermost loop of
             each nest are split over its devices (``docs/sharding.md``); inputs and
             results are replicated. ``None``: one device.

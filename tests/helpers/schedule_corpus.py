@@ -29,13 +29,13 @@ from sq_jax.expr.nodes import Index, Tensor
 from sq_jax.forest.canon import leaf_node, product_node, sum_node
 from sq_jax.forest.inputs import block_key, input_specs
 from sq_jax.forest.nodes import EvalNode, Forest, NodeKind, Root
-from sq_jax.forest.reference import _scalar_value, evaluate_forest
+from sq_jax.forest.reference import evaluate_forest, scalar_value
 from sq_jax.plan import BatchPlan
 from sq_jax.schedule import ScheduledForest, schedule_forest
 from sq_jax.schedule.ir import BuildStep, OrderedSchedule, OutputKind, ScopeBlock
 from sq_jax.schedule.legality import LoopRole
-from sq_jax.schedule.ordered import well_formed_violations
 from sq_jax.schedule.peak import dag_path, peak_profile_replay, peak_profile_sweep
+from sq_jax.schedule.wellformed import well_formed_violations
 
 SPACES = sq.Spaces(i=5, a=7, Κ=9)
 """Extents chosen so that no batch count of 2 or 3 divides them all."""
@@ -434,7 +434,7 @@ def run_schedule(sf: ScheduledForest, blocks: Mapping[str, Any]) -> dict[str, An
             if rich.cells[v].is_leaf:
                 assert node is not None
                 if node.kind is NodeKind.SCALAR:
-                    leaf_arr = np.asarray(_scalar_value(np, node.scalar, blocks))
+                    leaf_arr = np.asarray(scalar_value(np, node.scalar, blocks))
                 else:
                     leaf_arr = blocks[block_key(node.tensor)]
             got = reads[point] = (v, rec_at[point].read_slices(), leaf_arr)
@@ -550,7 +550,7 @@ def run_schedule(sf: ScheduledForest, blocks: Mapping[str, Any]) -> dict[str, An
         if rich.cells[v].is_leaf:  # an input as the whole right-hand side
             assert node is not None
             if node.kind is NodeKind.SCALAR:
-                arr = np.asarray(_scalar_value(np, node.scalar, blocks))
+                arr = np.asarray(scalar_value(np, node.scalar, blocks))
             else:
                 arr = blocks[block_key(node.tensor)]
             sliced = (None,) * arr.ndim
@@ -583,7 +583,7 @@ def schedule_text(text: str, plan: Mapping[str, Any], **kw: Any) -> ScheduledFor
 
 def values_named(sf: ScheduledForest, needle: str) -> list[int]:
     """Value ids whose expression text contains ``needle``."""
-    from sq_jax.schedule.errors import expr_text
+    from sq_jax.forest.dump import expr_text
 
     return [
         c.value_id for c in sf.rich.cells if c.node is not None and needle in expr_text(c.node, 400)

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._errors import SqJaxError
-from ..plan.budget import format_bytes
+from .._units import format_bytes
 from ._cli_args import UsageError, build_parser, check_cc_args, check_plot_path, is_file, pairs
 from ._cli_system import SCFNotConverged, cc_system, molecule
 
@@ -153,14 +153,13 @@ def _equation_text(argument: str) -> str:
 
 
 def _run_schedule(args: argparse.Namespace) -> int:
-    import sq_jax as sq
-
     from .._pipeline import compile as compile_program
+    from ..expr.spaces import Spaces
 
     check_plot_path(args.plot)
     text = _equation_text(args.equations)
     extents = pairs(args.spaces, "--spaces")
-    spaces = sq.Spaces(**extents)
+    spaces = Spaces(**extents)
     batch = pairs(args.batch, "--batch") if args.batch else None
     program = compile_program(text, spaces, batch=batch, memory_budget=args.memory)
     print(program.schedule)

@@ -30,12 +30,13 @@ from typing import Any
 
 from .._errors import InputError, MemoryBudgetError
 from .._pipeline import compile as compile_program
+from .._units import format_bytes, parse_bytes
+from ..budget import XLA_HEADROOM, required_bytes
 from ..expr.parse import parse
 from ..expr.spaces import Spaces
 from ..forest.inputs import input_specs
 from ..lower.program import Program
 from ..plan.batch import BatchPlan
-from ..plan.budget import XLA_HEADROOM, format_bytes, parse_bytes, required_bytes
 from .equations import available, load_equations
 
 __all__ = ["DryRunReport", "dry_run", "measure_gemm_rate"]
@@ -66,7 +67,7 @@ class DryRunReport:
         memory_bytes: the residual program's predicted XLA temporaries + outputs
             (``Program.memory_bytes``).
         required_bytes: the smallest budget ``plan`` fits in (the larger of
-            ``memory_bytes`` × :data:`~sq_jax.plan.budget.XLA_HEADROOM` and the peak).
+            ``memory_bytes`` × :data:`~sq_jax.budget.XLA_HEADROOM` and the peak).
         peak_bytes: the static peak of the schedule's peak profile.
         unbatched_required_bytes: the budget the unbatched program needs.
         smallest_feasible_bytes: when nothing fits, the smallest budget any plan needs.

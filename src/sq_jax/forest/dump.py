@@ -1,4 +1,4 @@
-"""A readable, deterministic text dump of an eval forest (``str(forest)``).
+"""Eval nodes and forests as text: the forest dump (``str(forest)``) and ``expr_text``.
 
 One line per distinct node, in post-order of first appearance, each with an id ``%n``:
 leaves show their tensor, scalars their expression, products and sums their operands by
@@ -28,7 +28,7 @@ from ..expr.nodes import Index
 from .cost import node_flops
 from .nodes import EvalNode, Forest, NodeKind
 
-__all__ = ["format_forest"]
+__all__ = ["expr_text", "format_forest"]
 
 
 def _ix(indices: Iterable[Index]) -> str:
@@ -94,3 +94,56 @@ def format_forest(forest: Forest) -> str:
         coef = "" if root.coef == 1 else f"{root.coef} * "
         lines.append(f"{lhs} = {coef}{ref(root.node)}")
     return "\n".join(lines)
+
+
+def expr_text(node: EvalNode, limit: int = 120) -> str:
+    """A short, readable rendering of the expression a node computes.
+
+    Products are written ``(l * r)``, sums ``(l + c·r)``; the text is cut at ``limit``
+    characters (deep sum chains are never walked to the bottom).
+
+    Example:
+        >>> from sq_jax.expr.nodes import Index
+        >>> from sq_jax.expr.nodes import Tensor
+        >>> i, k = Index("i", 1), Index("Κ", 1)
+        >>> a = EvalNode(NodeKind.LEAF, (i, k), "A", tensor=Tensor("A", (i,), (), (k,)))
+        >>> b = EvalNode(NodeKind.LEAF, (k,), "B", tensor=Tensor("B", (), (), (k,)))
+        >>> expr_text(EvalNode(NodeKind.PRODUCT, (i,), "AB", a, b))
+        '(A{i_1;;Κ_1} * B{;;Κ_1})'
+    """
+    out: list[str] = []
+    size = 0
+    # Iterative rendering: a stack of pending nodes and literal strings.
+    stack: list[EvalNode | str] = [node]
+    while stack and size <= limit:
+        item = stack.pop()
+        if isinstance(item, str):
+            piece = item
+        elif item.kind is NodeKind.LEAF:
+            piece = _leaf_text(item)
+        elif item.kind is NodeKind.SCALAR:
+            piece = str(item.scalar)
+        else:
+            assert item.left is not None and item.right is not None
+            if item.kind is NodeKind.PRODUCT:
+                stack += [")", item.right, " * ", item.left]
+            else:
+                lc = "" if item.left_coef == 1 else f"{item.left_coef}·"
+                rc = "" if item.right_coef == 1 else f"{item.right_coef}·"
+                stack += [")", item.right, f" + {rc}", item.left, f"({lc}"]
+                continue
+            piece = "("
+        out.append(piece)
+        size += len(piece)
+    text = "".join(out)
+    return text if size <= limit and not stack else text[: limit - 1] + "…"
+
+
+def _leaf_text(node: EvalNode) -> str:
+    t = node.tensor
+    if t is None:
+        return f"{node.key}[{','.join(map(str, node.indices))}]"
+    parts = [",".join(map(str, t.bra)), ",".join(map(str, t.ket))]
+    if t.aux:
+        parts.append(",".join(map(str, t.aux)))
+    return f"{t.label}{{{';'.join(parts)}}}"

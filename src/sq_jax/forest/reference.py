@@ -34,7 +34,7 @@ from ..expr.spaces import Spaces
 from .inputs import bind_inputs, block_key
 from .nodes import EvalNode, Forest, NodeKind
 
-__all__ = ["evaluate_forest", "evaluate_reference", "evaluate_reference_jax"]
+__all__ = ["evaluate_forest", "evaluate_reference", "evaluate_reference_jax", "scalar_value"]
 
 _LETTERS = string.ascii_letters
 
@@ -64,14 +64,25 @@ def _permute(xp: Any, array: Any, src: Sequence[Index], dst: Sequence[Index]) ->
     return xp.transpose(array, [list(src).index(ix) for ix in dst])
 
 
-def _scalar_value(xp: Any, expr: Any, blocks: Mapping[str, Any]) -> Any:
+def scalar_value(xp: Any, expr: Any, blocks: Mapping[str, Any]) -> Any:
+    """The value of a scalar factor (constant, variable or power) with array module ``xp``.
+
+    Variables are read from ``blocks`` by name (the reference evaluator and the lowered
+    program share this).
+
+    Example:
+        >>> import numpy as np
+        >>> from sq_jax.expr.nodes import Power
+        >>> float(scalar_value(np, Power(Variable("w"), Fraction(2)), {"w": np.asarray(3.0)}))
+        9.0
+    """
     if isinstance(expr, Constant):
         return float(expr.value)
     if isinstance(expr, Variable):
         value = blocks[expr.name]
         return xp.conj(value) if expr.conjugated else value
     if isinstance(expr, Power):
-        value = _scalar_value(xp, expr.base, blocks) ** float(expr.exponent)
+        value = scalar_value(xp, expr.base, blocks) ** float(expr.exponent)
         return xp.conj(value) if expr.conjugated else value
     raise ExpressionError(f"cannot evaluate scalar factor {expr!s}")
 
@@ -122,7 +133,7 @@ def _compute(node: EvalNode, values: Mapping[str, Any], blocks: Mapping[str, Any
         assert node.tensor is not None
         return blocks[block_key(node.tensor)]
     if node.kind is NodeKind.SCALAR:
-        return xp.asarray(_scalar_value(xp, node.scalar, blocks))
+        return xp.asarray(scalar_value(xp, node.scalar, blocks))
     left, right = node.left, node.right
     assert left is not None and right is not None
     a, b = values[left.key], values[right.key]

@@ -1,17 +1,11 @@
 """Lowering, static half: an ordered schedule becomes a tree of loop instructions.
 
 :func:`lower_schedule` walks the block tree of a
-:class:`~sq_jax.schedule.ScheduledForest` once, in execution order, and emits immutable
-instruction records that the JAX interpreter (:mod:`sq_jax.lower.interpret`) runs without
-any further decision:
+:class:`~sq_jax.schedule.ScheduledForest` once, in execution order, and emits the immutable
+instruction records of :mod:`sq_jax.lower.ir` (``Contract``, ``Combine``, ``Loop``) that
+the JAX interpreter (:mod:`sq_jax.lower.interpret`) runs without any further decision.
 
-* :class:`Contract` — a PRODUCT value: one ``einsum`` of two operands;
-* :class:`Combine` — a SUM value: ``c0 * a + c1 * b`` (operands permuted to its modes);
-* :class:`Loop` — one scope block: its body, and how each escaping value leaves it
-  (``sums``: accumulated partial sums; ``scatters``: per-batch pieces stacked along a
-  mode; ``carries``: values invariant to the loop that later steps read).
-
-Every operand is a :class:`Read`: a computed value or an input, and the list of
+Every operand is a :class:`~sq_jax.lower.ir.Read`: a computed value or an input, and the list of
 ``(position, loop)`` along which it is cut to the current batch on use
 ("slice-on-use"). To decide that, the walk tracks each value's *layout* — per mode, the
 loop instance whose batch it currently holds, or ``None`` for the full mode — and checks
@@ -23,7 +17,7 @@ not exist, read under another loop's batch, or crossing a loop it is sliced by) 
 :class:`LoweringError` at compile time, naming the value and the loop.
 
 Known limitations: a value the scheduler places inside a loop it is invariant to (a
-"crossing", see :func:`sq_jax.schedule.ordered.crossings`) is recomputed every batch
+"crossing", see :func:`sq_jax.schedule.wellformed.crossings`) is recomputed every batch
 and carried out of the loop with its last value.
 
 Example:
@@ -42,240 +36,20 @@ from __future__ import annotations
 import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Union
 
 from .._errors import LoweringError
 from ..expr.nodes import Index
+from ..forest.dump import expr_text
 from ..forest.inputs import block_key
-from ..forest.nodes import EvalNode, NodeKind
-from ..plan.batch import LoopKind
+from ..forest.nodes import NodeKind
 from ..schedule import ScheduledForest
-from ..schedule.errors import expr_text
-from ..schedule.ir import BuildStep, OutputKind, ScopeBlock
-from ..schedule.rich import LoopId, OccurrenceRec
-from .gemm import GemmPlan, plan_gemm
+from ..schedule.ir import BuildStep, LoopId, OutputKind, ScopeBlock
+from ..schedule.rich import OccurrenceRec
+from ..schedule.wellformed import crossings
+from .gemm import plan_gemm
+from .ir import Combine, Contract, Instr, Loop, LoweredProgram, Read, Result
 
-__all__ = [
-    "Combine",
-    "Contract",
-    "Instr",
-    "Layout",
-    "Loop",
-    "LoweredProgram",
-    "LoweringError",
-    "Read",
-    "Result",
-    "lower_schedule",
-]
-
-Layout = tuple[Union[LoopId, None], ...]  # noqa: UP007
-"""Per mode of a stored value: the loop instance whose batch it holds, or ``None``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Read:
-    """One operand: a computed value, an input block, or a scalar, cut on use.
-
-    ``dims`` gives, per mode, the full extent and the loop whose batch the *stored*
-    array holds (``None``: full); ``slices`` the ``(position, loop)`` pairs to cut now.
-    """
-
-    value_id: int
-    """The value (cell) read."""
-    input_key: str | None = None
-    """Block key of an input tensor (``None`` for a computed value or a scalar)."""
-    scalar: EvalNode | None = None
-    """The SCALAR leaf node (constants and variables), else ``None``."""
-    dims: tuple[tuple[int, LoopId | None], ...] = ()
-    """Per mode: (full extent, loop of the stored batch or ``None``)."""
-    slices: tuple[tuple[int, LoopId], ...] = ()
-    """``(position, loop)``: cut this mode to the current batch of that loop."""
-    axes: tuple[int, ...] | None = None
-    """Per stored axis, the position of its mode in the node's canonical mode order
-    (``None``: the same order, as for inputs)."""
-
-    def modes(self, carried: Sequence[Index]) -> tuple[Index, ...]:
-        """The stored axes' modes, given the reading occurrence's modes in node order.
-
-        Example:
-            >>> i1, a1 = Index("i", 1), Index("a", 1)
-            >>> Read(0, axes=(1, 0)).modes((i1, a1)), Read(0).modes((i1, a1))
-            ((Index('a_1'), Index('i_1')), (Index('i_1'), Index('a_1')))
-        """
-        return tuple(carried) if self.axes is None else tuple(carried[a] for a in self.axes)
-
-    def __str__(self) -> str:
-        head = self.input_key or (f"v{self.value_id}" if self.scalar is None else "scalar")
-        if not self.slices:
-            return head
-        return head + "[" + ",".join(f"{p}:{s}#{n}" for p, (s, n) in self.slices) + "]"
-
-
-@dataclass(frozen=True, slots=True)
-class Contract:
-    """A PRODUCT value: ``einsum(spec, left, right)``, run as one matrix product.
-
-    ``gemm`` (:mod:`sq_jax.lower.gemm`) says how: which operands are transposed first
-    and how the modes group into matrices; ``spec``'s output is the stored axis order
-    the product comes out in. ``gemm`` is ``None`` for a contraction that is not a
-    plain product (a mode twice on one operand): it runs as ``einsum``.
-    """
-
-    value_id: int
-    spec: str
-    """The einsum equation over the operands' stored modes and the result's stored order."""
-    operands: tuple[Read, Read]
-    dims: tuple[tuple[int, LoopId | None], ...]
-    """The result's layout (per stored axis: extent and slicing loop)."""
-    masks: tuple[tuple[int, int, LoopId], ...] = ()
-    """``(operand, position, loop)`` for each mode summed here in batches of ``loop``:
-    in an overlapping last batch, elements an earlier batch covered are zeroed there."""
-    gemm: GemmPlan | None = None
-    """The matrix-product plan, or ``None`` (plain ``einsum``)."""
-    axes: tuple[int, ...] = ()
-    """Per stored axis of the result, the position of its mode in the node's order."""
-
-    def __str__(self) -> str:
-        ops = []
-        perms = self.gemm.perms if self.gemm else (None, None)
-        for r, perm in zip(self.operands, perms, strict=True):
-            ops.append(str(r) if perm is None else f"{r}.T{perm}".replace(" ", ""))
-        how = "einsum" if self.gemm is None else "gemm"
-        return f"v{self.value_id} = {how}({self.spec}) {ops[0]} {ops[1]}"
-
-
-@dataclass(frozen=True, slots=True)
-class Combine:
-    """A SUM value: ``coefs[0] * left + coefs[1] * right``, each permuted by ``perms``."""
-
-    value_id: int
-    coefs: tuple[float, float]
-    perms: tuple[tuple[int, ...], tuple[int, ...]]
-    """Per operand, the transpose that brings it to the value's mode order."""
-    operands: tuple[Read, Read]
-    dims: tuple[tuple[int, LoopId | None], ...]
-    axes: tuple[int, ...] = ()
-    """Per stored axis of the result, the position of its mode in the node's order."""
-
-    def __str__(self) -> str:
-        (a, b), (ca, cb) = self.operands, self.coefs
-        return f"v{self.value_id} = {ca:g}*{a} + {cb:g}*{b}"
-
-
-@dataclass(frozen=True, slots=True)
-class Loop:
-    """One scope block: a loop over the batches of one loop instance."""
-
-    loop: LoopId
-    """The loop instance ``(space, slot)``."""
-    axis: Index
-    """The loop's mode as labelled in the schedule."""
-    kind: LoopKind
-    extent: int
-    """Elements of the mode."""
-    block: int
-    """Elements per full batch (the last batch holds ``extent % block`` if non-zero)."""
-    body: tuple[Instr, ...]
-    """Instructions run once per batch (raw productions of outputs last)."""
-    sums: tuple[tuple[int, tuple[tuple[int, LoopId | None], ...]], ...] = ()
-    """``(value, layout)`` of each ``Sum`` output: batch pieces are added."""
-    scatters: tuple[tuple[int, int, tuple[tuple[int, LoopId | None], ...]], ...] = ()
-    """``(value, position, layout)`` of each ``Scatter`` output: pieces are stacked."""
-    carries: tuple[tuple[int, tuple[tuple[int, LoopId | None], ...]], ...] = ()
-    """``(value, layout)`` of values produced inside, invariant to the loop, read after."""
-
-    @property
-    def full_batches(self) -> int:
-        """Number of batches of ``block`` elements."""
-        return self.extent // self.block
-
-    @property
-    def remainder(self) -> int:
-        """Elements of the last, smaller batch (0 when ``block`` divides ``extent``)."""
-        return self.extent % self.block
-
-    @property
-    def num_batches(self) -> int:
-        """Number of batches, the last one possibly smaller."""
-        return -(-self.extent // self.block)
-
-    @property
-    def peel(self) -> bool:
-        """Whether the smaller last batch is a second trace of the body.
-
-        Only for a loop with a remainder and no nested loop: peeling a loop that holds
-        loops would copy the whole nest (exponentially in the nesting depth). Otherwise
-        the last batch *overlaps* the previous one (it starts at ``extent - block``):
-        overlapping elements are zeroed where summed (``Contract.masks``) and dropped
-        from scattered pieces.
-        """
-        return self.remainder > 0 and not any(isinstance(i, Loop) for i in self.body)
-
-    def lines(self, indent: int = 0) -> list[str]:
-        """The loop as indented text lines."""
-        pad = "  " * indent
-        space, slot = self.loop
-        out = [f"{pad}loop {space}#{slot} extent {self.extent} block {self.block} {self.kind}"]
-        for ins in self.body:
-            out += ins.lines(indent + 1) if isinstance(ins, Loop) else [f"{pad}  {ins}"]
-        tail = []
-        if self.sums:
-            tail.append("sums " + ",".join(f"v{v}" for v, _ in self.sums))
-        if self.scatters:
-            tail.append("scatters " + ",".join(f"v{v}@{p}" for v, p, _ in self.scatters))
-        if self.carries:
-            tail.append("carries " + ",".join(f"v{v}" for v, _ in self.carries))
-        if tail:
-            out[-1] += "... " + "; ".join(tail)
-        return out
-
-
-Instr = Union[Contract, Combine, Loop]  # noqa: UP007
-"""One instruction of a body."""
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    """One equation's output: ``coef * transpose(read, perm)``."""
-
-    name: str
-    read: Read
-    perm: tuple[int, ...]
-    coef: float
-
-    def __str__(self) -> str:
-        coef = "" if self.coef == 1 else f"{self.coef:g}*"
-        return f"result {self.name} = {coef}{self.read}"
-
-
-@dataclass(frozen=True, slots=True)
-class LoweredProgram:
-    """The instruction tree of a whole schedule: the root body and the results."""
-
-    body: tuple[Instr, ...]
-    results: tuple[Result, ...]
-    input_keys: tuple[str, ...]
-    """Block keys (and variable names) the program reads."""
-
-    def loops(self) -> tuple[Loop, ...]:
-        """Every loop instruction, pre-order."""
-        out: list[Loop] = []
-        stack = [i for i in reversed(self.body) if isinstance(i, Loop)]
-        while stack:
-            lp = stack.pop()
-            out.append(lp)
-            stack.extend(i for i in reversed(lp.body) if isinstance(i, Loop))
-        return tuple(out)
-
-    def __str__(self) -> str:
-        lines: list[str] = []
-        for ins in self.body:
-            lines += ins.lines() if isinstance(ins, Loop) else [str(ins)]
-        lines += [str(r) for r in self.results]
-        return "\n".join(lines)
-
-
-# -- the walk ------------------------------------------------------------------------------
+__all__ = ["lower_schedule"]
 
 
 def _letters(*groups: Sequence[Index]) -> dict[Index, str]:
@@ -540,42 +314,11 @@ class _Walk:
         )
 
 
-def _crossings(sf: ScheduledForest, built: set[int]) -> dict[int, set[int]]:
-    """Per loop block (by ``id``), values produced inside it, read outside, no output."""
-    sched, rich = sf.ordered, sf.rich
-    walk = sched.walk()
-    path_of = {id(b): (*(id(a) for a in anc), id(b)) for b, anc in walk}
-    block_at = {id(b): b for b, _ in walk}
-    producer: dict[int, tuple[int, ...]] = {}
-    readers: dict[int, list[tuple[int, ...]]] = {}
-    deepest_out: dict[int, tuple[int, ...]] = {}
-    for blk, _ in walk:
-        path = path_of[id(blk)]
-        for s in blk.steps:
-            if isinstance(s, BuildStep):
-                producer[s.value_id] = path
-                for o in sched.operand_vids[s.value_id]:
-                    readers.setdefault(o, []).append(path)
-        for v, _ in blk.outputs:
-            if len(path) > len(deepest_out.get(v, ())):
-                deepest_out[v] = path
-    for v, path in deepest_out.items():
-        if v not in built:
-            producer[v] = path
-            for o in sched.operand_vids[v]:
-                readers.setdefault(o, []).append(path)
-    for v in rich.root_values:
-        readers.setdefault(v, []).append(path_of[id(sched.root)])
-    out: dict[int, set[int]] = {}
-    for v, ppath in producer.items():
-        for rpath in readers.get(v, ()):
-            common = 0
-            while common < min(len(ppath), len(rpath)) and ppath[common] == rpath[common]:
-                common += 1
-            for b in ppath[common:]:
-                if v not in {w for w, _ in block_at[b].outputs}:
-                    out.setdefault(b, set()).add(v)
-    return out
+def _block_at(root: ScopeBlock, path: tuple[int, ...]) -> ScopeBlock:
+    """The block at ``path`` (positions in ``steps``) below ``root``."""
+    for k in path:
+        root = root.steps[k]  # type: ignore[assignment]
+    return root
 
 
 def lower_schedule(sf: ScheduledForest) -> LoweredProgram:
@@ -604,7 +347,11 @@ def lower_schedule(sf: ScheduledForest) -> LoweredProgram:
     owner = rich.point_owner()
     rec_at = {o.point: o for c in rich.cells for o in c.occurrences}
     built = {s.value_id for b, _ in sf.ordered.walk() for s in b.steps if isinstance(s, BuildStep)}
-    walk = _Walk(sf, rec_at, owner, built, _crossings(sf, built))
+    crossing = {
+        id(_block_at(sf.ordered.root, path)): set(vs)
+        for path, vs in crossings(sf.ordered, rich.root_values).items()
+    }
+    walk = _Walk(sf, rec_at, owner, built, crossing)
     state: dict[int, tuple[tuple[int, LoopId | None], ...]] = {}
     body = walk.body(sf.ordered.root, state, [])
     results = []

@@ -18,7 +18,7 @@ value read inside a loop is live for the whole loop). It is *symbolic*: a buffer
 is a monomial in the block sizes of the batched spaces, and buffers that exist only
 when a space's block size does not divide its extent carry that condition — so one
 model prices every batch count of a plan's role choice (the memory-budget planner,
-:mod:`sq_jax.plan.budget`, relies on this). Inputs are not counted: they are the
+:mod:`sq_jax.budget`, relies on this). Inputs are not counted: they are the
 caller's arguments.
 
 XLA may do better (it fuses elementwise chains and can reuse an operand's buffer for
@@ -48,8 +48,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..schedule.rich import LoopId
-from .instructions import Combine, Contract, Instr, Loop, LoweredProgram, Read
+from ..schedule.ir import LoopId
+from .ir import Combine, Contract, Instr, Loop, LoweredProgram, Read
 
 __all__ = ["MemoryModel", "Monomial", "memory_model"]
 

@@ -25,19 +25,19 @@ import equinox as eqx
 import jax
 
 from .._errors import InputError
-from ..forest.cost import contraction_flops
 from ..forest.inputs import bind_inputs
 from ..forest.nodes import Forest
 from ..schedule import ScheduledForest
+from ..schedule.cost import schedule_flops
 from .aot import AotJit
-from .instructions import Combine, Contract, Instr, Loop, LoweredProgram
 from .interpret import run_lowered
+from .ir import LoweredProgram
 from .memory import memory_model
 
 if TYPE_CHECKING:
     from .shard import ShardPlan
 
-__all__ = ["Program", "make_program", "static_flops"]
+__all__ = ["Program", "make_program"]
 
 
 def _evaluate(
@@ -67,7 +67,8 @@ class Program(eqx.Module):
     remat: bool = eqx.field(static=True)
     """Whether loop bodies are wrapped in ``jax.checkpoint``."""
     flops: int = eqx.field(static=True)
-    """Static FLOP count, recomputation across batches included (accumulator adds not)."""
+    """Static FLOP count, recomputation across batches included (accumulator adds not):
+    :func:`sq_jax.schedule.cost.schedule_flops`."""
     peak_bytes: int = eqx.field(static=True)
     """Static peak of the intermediates (inputs excluded), from the schedule's peak
     profile (SeQuant's model: one footprint per value)."""
@@ -186,54 +187,6 @@ def _check_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def static_flops(sf: ScheduledForest, lowered: LoweredProgram) -> int:
-    """FLOPs of every contraction and sum as the program runs them (opt_einsum convention).
-
-    Summed over the batches of a loop, a mode the loop slices adds up to its extent, so
-    a production costs its unbatched FLOPs times the batch count of every enclosing loop
-    that slices none of its modes (recomputation).
-
-    Example:
-        >>> import sq_jax as sq
-        >>> from sq_jax.plan import BatchPlan
-        >>> from sq_jax.schedule import schedule_forest
-        >>> from sq_jax.lower.instructions import lower_schedule
-        >>> f = sq.build_forest(sq.parse("R{a1;i1} = f{a1;a2} t{a2;i1}"), sq.Spaces(i=2, a=3))
-        >>> sf = schedule_forest(f, BatchPlan())
-        >>> static_flops(sf, lower_schedule(sf))
-        36
-    """
-    cells = sf.rich.cells
-    rec_at = {o.point: o for c in cells for o in c.occurrences}
-    spaces = sf.annotated.forest.spaces
-    total = 0
-    stack: list[tuple[Instr, tuple[Loop, ...]]] = [(i, ()) for i in lowered.body]
-    while stack:
-        ins, loops = stack.pop()
-        if isinstance(ins, Loop):
-            stack.extend((i, (*loops, ins)) for i in ins.body)
-            continue
-        assert isinstance(ins, (Contract, Combine))
-        first = cells[ins.value_id].occurrences[0]
-        node = first.node
-        assert node is not None
-        ops = [rec_at[p].carried for p in first.operand_points]
-        if isinstance(ins, Contract):
-            flops = contraction_flops(ops, node.indices, spaces)
-        else:
-            flops = 1
-            for ix in node.indices:
-                flops *= spaces.extent(ix.space)
-        touched = {lp for r in ins.operands for _, lp in r.dims if lp is not None}
-        touched |= {lp for r in ins.operands for _, lp in r.slices}
-        for lp in loops:
-            if lp.loop not in touched:
-                total_batches = lp.full_batches + (1 if lp.remainder else 0)
-                flops *= total_batches
-        total += flops
-    return total
-
-
 def make_program(
     sf: ScheduledForest,
     lowered: LoweredProgram,
@@ -271,7 +224,7 @@ def make_program(
         schedule=sf,
         lowered=lowered,
         remat=remat,
-        flops=static_flops(sf, lowered),
+        flops=schedule_flops(sf),
         peak_bytes=sf.peak.peak_bytes,
         memory_bytes=memory_model(lowered).peak(),
         aot=fn,

@@ -3,7 +3,7 @@
 :func:`make_shard_plan` turns ``compile(..., mesh=)`` (or ``devices=``) into a
 :class:`ShardPlan`; :func:`run_sharded_body` is what :func:`~sq_jax.lower.interpret.
 run_lowered` runs at the root of the instruction tree when a plan is given. Every root
-:class:`~sq_jax.lower.instructions.Loop` (the outermost loop of a nest) becomes one
+:class:`~sq_jax.lower.ir.Loop` (the outermost loop of a nest) becomes one
 ``jax.shard_map`` inside the program's one ``jax.jit``; everything else is replicated.
 Per loop of ``n`` batches on ``D`` devices, device ``d`` runs batches ``d*m .. d*m+m-1``
 with ``m = ceil(n / D)``; it is equivalent to::
@@ -61,8 +61,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .._errors import PlanError
 from ..schedule import ScheduledForest
 from ..schedule.peak import PeakCell, PeakSchedule, dag_path, peak_profile_sweep
-from .instructions import Instr, Loop, LoweredProgram
-from .interpret import _merge, _run_body, _shape
+from .execute import block_shape, merge_batches, run_body
+from .ir import Instr, Loop, LoweredProgram
 
 __all__ = [
     "ShardPlan",
@@ -198,7 +198,7 @@ def _run_distributed(
         def batch(start: Any, valid_from: Any) -> tuple[tuple[Any, ...], ...]:
             local = dict(env_v)
             ctx = {loop.loop: (start, block, valid_from)}
-            _run_body(loop.body, local, ctx, blocks_v, dtype, remat, vary)
+            run_body(loop.body, local, ctx, blocks_v, dtype, remat, vary)
             outs = (
                 tuple(local[v] for v in sums),
                 tuple(local[v] for v in carries),
@@ -230,8 +230,8 @@ def _run_distributed(
         init = jax.tree.map(
             lambda x: _varying(x, axis),
             (
-                tuple(jnp.zeros(_shape(d, full_ctx), dtype) for _, d in loop.sums),
-                tuple(jnp.zeros(_shape(d, full_ctx), dtype) for _, d in loop.carries),
+                tuple(jnp.zeros(block_shape(d, full_ctx), dtype) for _, d in loop.sums),
+                tuple(jnp.zeros(block_shape(d, full_ctx), dtype) for _, d in loop.carries),
             ),
         )
         (acc, cross), stacked = lax.scan(step, init, ks)
@@ -255,9 +255,9 @@ def _run_distributed(
         if overlap:
             drop = block - loop.remainder
             tail = lax.slice_in_dim(y[-1], drop, block, axis=p)
-            full = jnp.concatenate([_merge(y[:-1], p), tail], axis=p)
+            full = jnp.concatenate([merge_batches(y[:-1], p), tail], axis=p)
         else:
-            full = _merge(y, p)
+            full = merge_batches(y, p)
         out[v] = lax.with_sharding_constraint(full, rep)  # gathered: whole on every device
     return out
 
@@ -286,7 +286,7 @@ def run_sharded_body(
         if isinstance(ins, Loop):
             env.update(_run_distributed(plan, ins, env, blocks, dtype, remat))
         else:
-            _run_body((ins,), env, {}, blocks, dtype, remat)
+            run_body((ins,), env, {}, blocks, dtype, remat)
 
 
 # -- static and XLA memory -----------------------------------------------------------------

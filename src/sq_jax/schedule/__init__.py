@@ -3,122 +3,59 @@
 The passes, in order (each a module with one public entry; no pass calls another):
 
 1. :func:`sq_jax.plan.annotate` — where loops open (runs before the scheduler);
-2. :func:`~sq_jax.schedule.rich.compute_dag_boulevard` — points, occurrences, loop
-   identity, values;
+2. :func:`~sq_jax.schedule.rich.build_rich_schedule` — points, occurrences, loop
+   identity (:mod:`~sq_jax.schedule.loop_identity`), values;
 3. :func:`~sq_jax.schedule.legality.analyze_legality` — the role of every loop per value;
 4. :func:`~sq_jax.schedule.ordered.build_ordered_schedule` — the block tree (must run
    after 3: it places values by their roles);
 5. :func:`~sq_jax.schedule.peak.dag_path` + :func:`~sq_jax.schedule.peak.peak_profile_sweep`
    — the static peak (analysis only).
 
-:func:`schedule_forest` runs 1–4 (and the peak) and keeps every intermediate;
-:func:`schedule` returns only the ordered schedule.
+:func:`schedule_forest` runs 1–4 (and the peak) and keeps every intermediate
+(:mod:`~sq_jax.schedule.driver`); :func:`ordered_schedule` returns only the ordered
+schedule. Analyses of a schedule: :func:`~sq_jax.schedule.wellformed.well_formed`,
+:func:`~sq_jax.schedule.wellformed.crossings`, :func:`~sq_jax.schedule.cost.schedule_flops`.
+Its errors are the :class:`~sq_jax.ScheduleError` subclasses of :mod:`sq_jax._errors`.
 
 Example:
     >>> import sq_jax as sq
     >>> from sq_jax.plan import BatchPlan
     >>> eqs = sq.parse("g{p1,p2;p3,p4} = B{p1,p3;;K1} B{p2,p4;;K1}")
     >>> forest = sq.build_forest(eqs, sq.Spaces(i=2, a=3, K=8))
-    >>> print(schedule(forest, BatchPlan.of({"K": 4})))
+    >>> print(ordered_schedule(forest, BatchPlan.of({"K": 4})))
     root
       loop Κ#0 depth 1 pass 0 Contracted
         output v1 Sum
 """
 
-from __future__ import annotations
-
-from collections.abc import Sequence
-from dataclasses import dataclass
-
-from ..forest.nodes import Forest
-from ..plan.annotate import AnnotatedForest, annotate
-from ..plan.batch import BatchPlan
-from .dump import dump_schedule
-from .ir import OrderedSchedule
-from .legality import LegalitySchedule, analyze_legality
-from .ordered import build_ordered_schedule
-from .peak import PeakProfile, dag_path, peak_profile_sweep
-from .rich import RichSchedule, compute_dag_boulevard
-
-__all__ = ["ScheduledForest", "schedule", "schedule_annotated", "schedule_forest"]
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduledForest:
-    """Every stage of scheduling one forest (what a lowering needs)."""
-
-    annotated: AnnotatedForest
-    """The forest with its loop openings (and the resolved plan)."""
-    rich: RichSchedule
-    """Values, occurrences (with per-position loop slots) and loop instances."""
-    legality: LegalitySchedule
-    """Per-value loop roles."""
-    ordered: OrderedSchedule
-    """The block tree."""
-    peak: PeakProfile
-    """Static peak of the intermediates (inputs excluded)."""
-
-    def dump(self) -> str:
-        """The readable text dump of the ordered schedule (:func:`dump_schedule`)."""
-        return dump_schedule(self.ordered, self.rich, self.annotated)
-
-    def __str__(self) -> str:
-        return self.dump()
-
-
-def schedule_annotated(
-    annotated: AnnotatedForest, *, mode_order: Sequence[str] = ()
-) -> ScheduledForest:
-    """Schedule a forest whose loops were placed already (e.g. by hand).
-
-    Example:
-        >>> from sq_jax.expr.spaces import Spaces
-        >>> empty = AnnotatedForest(Forest((), Spaces()), BatchPlan())
-        >>> schedule_annotated(empty).ordered.num_values
-        0
-    """
-    rich = compute_dag_boulevard(annotated)
-    legality = analyze_legality(rich, annotated)  # must follow rich: it classifies its cells
-    ordered = build_ordered_schedule(rich, legality, mode_order)  # places values by role
-    peak = peak_profile_sweep(dag_path(rich, annotated))
-    return ScheduledForest(annotated, rich, legality, ordered, peak)
-
-
-def schedule_forest(
-    forest: Forest, plan: BatchPlan, *, mode_order: Sequence[str] = ()
-) -> ScheduledForest:
-    """Place the plan's loops on ``forest`` and schedule it, keeping every stage.
-
-    Args:
-        forest: the eval forest (:func:`sq_jax.build_forest`).
-        plan: the batch plan.
-        mode_order: spaces, outermost first (a tie-break for the loop nesting).
-
-    Returns:
-        Every stage; ``.ordered`` is the schedule.
-
-    Raises:
-        PlanError: the plan names an unknown space.
-        ScheduleError: (a subclass from :mod:`sq_jax.schedule.errors`) the batching
-            cannot be expressed.
-
-    Example:
-        >>> import sq_jax as sq
-        >>> forest = sq.build_forest(sq.parse("E = f{i1;a1} t{a1;i1}"), sq.Spaces(i=2, a=4))
-        >>> schedule_forest(forest, BatchPlan.of({"a": 2})).peak.peak_bytes
-        8
-    """
-    return schedule_annotated(annotate(forest, plan), mode_order=mode_order)
-
-
-def schedule(forest: Forest, plan: BatchPlan, *, mode_order: Sequence[str] = ()) -> OrderedSchedule:
-    """The ordered schedule of ``forest`` under ``plan`` (see :func:`schedule_forest`).
-
-    Example:
-        >>> import sq_jax as sq
-        >>> forest = sq.build_forest(sq.parse("E = f{i1;a1} t{a1;i1}"), sq.Spaces(i=2, a=4))
-        >>> print(schedule(forest, BatchPlan()))
-        root
-          build v2
-    """
-    return schedule_forest(forest, plan, mode_order=mode_order).ordered
+from .cost import FlopTerm as FlopTerm
+from .cost import flop_terms as flop_terms
+from .cost import schedule_flops as schedule_flops
+from .driver import ScheduledForest as ScheduledForest
+from .driver import ordered_schedule as ordered_schedule
+from .driver import schedule_annotated as schedule_annotated
+from .driver import schedule_forest as schedule_forest
+from .dump import dump_schedule as dump_schedule
+from .ir import BuildStep as BuildStep
+from .ir import LoopId as LoopId
+from .ir import OrderedSchedule as OrderedSchedule
+from .ir import OutputKind as OutputKind
+from .ir import ScopeBlock as ScopeBlock
+from .ir import ScopeLevel as ScopeLevel
+from .ir import Step as Step
+from .legality import LegalitySchedule as LegalitySchedule
+from .legality import LoopRole as LoopRole
+from .legality import analyze_legality as analyze_legality
+from .ordered import build_ordered_schedule as build_ordered_schedule
+from .ordered import forced_split_levels as forced_split_levels
+from .peak import PeakProfile as PeakProfile
+from .peak import PeakSchedule as PeakSchedule
+from .peak import dag_path as dag_path
+from .peak import peak_profile_sweep as peak_profile_sweep
+from .rich import OccurrenceRec as OccurrenceRec
+from .rich import RichSchedule as RichSchedule
+from .rich import ValueCell as ValueCell
+from .rich import build_rich_schedule as build_rich_schedule
+from .wellformed import crossings as crossings
+from .wellformed import well_formed as well_formed
+from .wellformed import well_formed_violations as well_formed_violations

@@ -50,9 +50,9 @@ from typing import Any
 
 from ..expr.spaces import Spaces
 from ..forest.cost import node_flops
-from . import ScheduledForest
-from .ir import BuildStep, ScopeBlock
-from .rich import LoopId, ValueCell
+from .driver import ScheduledForest
+from .ir import BuildStep, LoopId, ScopeBlock
+from .rich import ValueCell
 
 __all__ = ["FlopTerm", "flop_terms", "schedule_flops"]
 

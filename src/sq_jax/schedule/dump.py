@@ -15,8 +15,8 @@ Example:
 
 from __future__ import annotations
 
+from ..forest.dump import expr_text
 from ..plan.annotate import AnnotatedForest
-from .errors import expr_text
 from .ir import BuildStep, OrderedSchedule, ScopeBlock
 from .rich import RichSchedule
 

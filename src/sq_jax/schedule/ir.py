@@ -34,7 +34,29 @@ from typing import Union
 from ..expr.nodes import Index
 from ..plan.batch import LoopKind
 
-__all__ = ["BuildStep", "OrderedSchedule", "OutputKind", "ScopeBlock", "ScopeLevel", "Step"]
+__all__ = [
+    "BuildStep",
+    "LoopId",
+    "OrderedSchedule",
+    "OutputKind",
+    "ScopeBlock",
+    "ScopeLevel",
+    "Step",
+    "loop_name",
+]
+
+LoopId = tuple[str, int]
+"""A loop instance: ``(space, loop_slot)``."""
+
+
+def loop_name(loop: LoopId) -> str:
+    """A loop instance as text: ``a#0``.
+
+    Example:
+        >>> loop_name(("a", 0))
+        'a#0'
+    """
+    return f"{loop[0]}#{loop[1]}"
 
 
 class OutputKind(enum.Enum):

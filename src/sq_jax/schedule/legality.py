@@ -41,10 +41,11 @@ import enum
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from .._errors import DemotionFixpointError, UnknownValueError
 from ..expr.nodes import Index
+from ..forest.dump import expr_text
 from ..forest.nodes import Forest
 from ..plan.annotate import AnnotatedForest, preorder, summed_indices
-from .errors import DemotionFixpointError, UnknownValueError, expr_text
 from .rich import OccurrenceRec, RichSchedule, ValueCell
 
 __all__ = [

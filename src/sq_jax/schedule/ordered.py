@@ -4,14 +4,12 @@
 :class:`~sq_jax.schedule.ir.OrderedSchedule` (V2 semantics; ``docs/schedule.md``, "Ordered
 schedule"; SeQuant's design, re-derived here):
 
-1. **Loop tree.** Loop instances ``(space, slot)`` found in any value's roles are
-   ordered — spaces by ``mode_order`` then alphabetically, slots ascending, adjusted by
-   Kahn's algorithm to satisfy every required ``loop_order`` pair (a cycle raises
-   :class:`LoopOrderCycleError`) — and each loop's parent is the innermost earlier loop
-   that must enclose it (both slice one value, or a nesting pair says so), closed so that
-   every value's loops lie on one nesting path. Loops that need not nest become sibling
-   blocks; each top-level loop starts a *nest*. (SeQuant realizes a co-occurrence cluster
-   as one linear chain; a tree avoids nesting every term's loop inside every other's.)
+1. **Loop tree** (:mod:`~sq_jax.schedule.loop_tree`). Loop instances are ordered
+   (``mode_order``, then the required ``loop_order`` pairs) and nested: each loop's
+   parent is the innermost earlier loop that must enclose it. Loops that need not nest
+   become sibling blocks; each top-level loop starts a *nest*. (SeQuant realizes a
+   co-occurrence cluster as one linear chain; a tree avoids nesting every term's loop
+   inside every other's.)
 2. **Passes.** :func:`forced_split_levels` gives every value a pass: a reader of a
    ``LoopCarried`` value, or of a ``Reduction`` value from inside that reduction's loop,
    runs in a later pass. A nest holding several passes becomes one sibling nest per pass
@@ -25,12 +23,13 @@ schedule"; SeQuant's design, re-derived here):
    stable identity, not the nesting depth.
 5. **Order.** Each block's steps are topologically sorted on the value dependencies
    (a child block requires everything its subtree needs from outside), ties broken by
-   ``first_use``; the result is re-checked, then :func:`well_formed` is asserted.
+   ``first_use``; the result is re-checked, then
+   :func:`~sq_jax.schedule.wellformed.well_formed` is asserted.
 
 Leaves are inputs and never scheduled. A nest may contain work that is invariant to
 one of its loops (it shares the nest with values that are not); such a value crosses
 that loop without an output entry (SeQuant's residency + produce-if-absent), see
-:func:`crossings`.
+:func:`sq_jax.schedule.wellformed.crossings`.
 
 Example:
     >>> from sq_jax.schedule.rich import RichSchedule
@@ -46,175 +45,37 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..expr.nodes import Index
-from ..plan.batch import LoopKind
-from .errors import (
+from .._errors import (
     InternalScheduleError,
     LaterPassReaderError,
-    LoopOrderCycleError,
     MalformedScheduleError,
     PartialSumReadError,
-    ReductionWithoutSlotError,
     StepCycleError,
     UnescapedNonLocalError,
-    expr_text,
 )
-from .ir import BuildStep, OrderedSchedule, OutputKind, ScopeBlock, ScopeLevel, Step
+from ..expr.nodes import Index
+from ..plan.batch import LoopKind
+from .ir import (
+    BuildStep,
+    LoopId,
+    OrderedSchedule,
+    OutputKind,
+    ScopeBlock,
+    ScopeLevel,
+    Step,
+    loop_name,
+)
 from .legality import LegalitySchedule, LoopRole
-from .rich import LoopId, RichSchedule, ValueCell
+from .loop_tree import LoopEntry, LoopTree, build_loop_tree
+from .rich import RichSchedule
+from .wellformed import well_formed_violations
 
 __all__ = [
     "build_ordered_schedule",
-    "crossings",
     "forced_split_levels",
-    "well_formed",
-    "well_formed_violations",
 ]
 
 _SUM, _SCATTER = OutputKind.ACCUMULATE_SUM, OutputKind.ACCUMULATE_SCATTER
-
-
-def _name(rich: RichSchedule, v: int) -> str:
-    cell = rich.cells[v]
-    text = expr_text(cell.node) if cell.node is not None else f"#{cell.key:x}"
-    return f"v{v} `{text}`"
-
-
-def _loop_name(loop: LoopId) -> str:
-    return f"{loop[0]}#{loop[1]}"
-
-
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    axis: Index
-    role: LoopRole
-    loop: LoopId | None  # None: no slot resolved
-
-
-def _fusion_slot(cell: ValueCell, axis: Index) -> int:
-    first = cell.occurrences[0]
-    if axis in first.carried:
-        p = first.carried.index(axis)
-        return first.loop_slot[p] if first.loop_slot else -1
-    for ix, slot in first.reduced_slot:
-        if ix == axis:
-            return slot
-    return -1
-
-
-def _entries(rich: RichSchedule, legality: LegalitySchedule) -> list[list[_Entry]]:
-    out: list[list[_Entry]] = []
-    for v, (cell, leg) in enumerate(zip(rich.cells, legality.cells, strict=True)):
-        if leg.key != cell.key:
-            raise InternalScheduleError(
-                f"legality record {v} (key #{leg.key:x}) does not belong to rich value "
-                f"{_name(rich, v)} (key #{cell.key:x}); analyse the same rich schedule."
-            )
-        ents = []
-        for ac in [] if cell.is_leaf else leg.per_axis:
-            slot = _fusion_slot(cell, ac.axis)
-            if slot < 0 and ac.role is LoopRole.REDUCTION:
-                raise ReductionWithoutSlotError(
-                    f"value {_name(rich, v)} reduces `{ac.axis}` in batches, but no loop "
-                    f"instance of space `{ac.axis.space}` is assigned to that reduction. "
-                    "Open a Contracted loop for it at this node (or do not batch it)."
-                )
-            if slot < 0 and ac.role is LoopRole.LOOP_CARRIED:
-                slot = 0
-            loop = (ac.axis.space, slot) if slot >= 0 else None
-            ents.append(_Entry(ac.axis, ac.role, loop))
-        out.append(ents)
-    return out
-
-
-def _chain(rich: RichSchedule, ents: list[list[_Entry]], mode_order: Sequence[str]) -> list[LoopId]:
-    loops = {e.loop for es in ents for e in es if e.loop is not None}
-    rank = {s: k for k, s in enumerate(mode_order)}
-    default = sorted(loops, key=lambda lp: (rank.get(lp[0], len(rank)), lp[0], lp[1]))
-    pos = {lp: k for k, lp in enumerate(default)}
-    edges = [(a, b, w) for a, b, w in rich.loop_order if a in pos and b in pos]
-    succ: dict[LoopId, list[LoopId]] = {lp: [] for lp in default}
-    indeg = dict.fromkeys(default, 0)
-    for a, b, _ in edges:
-        succ[a].append(b)
-        indeg[b] += 1
-    ready = [pos[lp] for lp in default if indeg[lp] == 0]
-    heapq.heapify(ready)
-    order: list[LoopId] = []
-    while ready:
-        lp = default[heapq.heappop(ready)]
-        order.append(lp)
-        for b in succ[lp]:
-            indeg[b] -= 1
-            if indeg[b] == 0:
-                heapq.heappush(ready, pos[b])
-    if len(order) != len(default):
-        placed = set(order)
-        bad = [
-            f"{_loop_name(a)} outside {_loop_name(b)} (witness {_name(rich, w)})"
-            for a, b, w in edges
-            if a not in placed and b not in placed
-        ]
-        raise LoopOrderCycleError(
-            "the required loop nesting is cyclic; these constraints cannot all hold:\n- "
-            + "\n- ".join(bad)
-            + "\nTwo loop instances were fused although they nest in opposite orders in "
-            "different values; annotate the loops consistently (same nesting everywhere)."
-        )
-    return order
-
-
-@dataclass(slots=True)
-class _Tree:
-    """The loop instances as a forest of nests.
-
-    Each loop's parent is the innermost loop that must enclose it (they meet on a value,
-    or a required nesting pair says so).
-    """
-
-    order: list[LoopId]
-    pos: dict[LoopId, int]
-    parent: dict[LoopId, LoopId | None]
-
-    def contains(self, outer: LoopId, inner: LoopId) -> bool:
-        """Whether ``outer`` is ``inner`` or one of its ancestors."""
-        cur: LoopId | None = inner
-        while cur is not None:
-            if cur == outer:
-                return True
-            cur = self.parent[cur]
-        return False
-
-    def nest(self, lp: LoopId) -> LoopId:
-        """The top-level loop whose nest holds ``lp``."""
-        while self.parent[lp] is not None:
-            lp = self.parent[lp]  # type: ignore[assignment]
-        return lp
-
-    def deepest(self, loops: Sequence[LoopId]) -> LoopId:
-        """The innermost of loops that lie on one nesting path."""
-        return max(loops, key=self.pos.__getitem__)
-
-
-def _loop_tree(ents: list[list[_Entry]], order: list[LoopId], rich: RichSchedule) -> _Tree:
-    pos = {lp: k for k, lp in enumerate(order)}
-    req: dict[LoopId, set[LoopId]] = {lp: set() for lp in order}
-    for es in ents:
-        loops = sorted({e.loop for e in es if e.loop is not None}, key=pos.__getitem__)
-        for k, lp in enumerate(loops):
-            req[lp].update(loops[:k])
-    for a, b, _ in rich.loop_order:
-        if a in pos and b in pos:
-            req[b].add(a)
-    parent: dict[LoopId, LoopId | None] = {}
-    for lp in reversed(order):  # a loop's requirements are final before it is visited
-        if req[lp]:
-            par = max(req[lp], key=pos.__getitem__)
-            req[par] |= req[lp] - {par}
-            parent[lp] = par
-        else:
-            parent[lp] = None
-    return _Tree(order, pos, parent)
 
 
 def forced_split_levels(
@@ -283,8 +144,8 @@ _ROOT_LOOP: LoopId = ("", -1)
 
 def _place(
     rich: RichSchedule,
-    ents: list[list[_Entry]],
-    tree: _Tree,
+    ents: list[list[LoopEntry]],
+    tree: LoopTree,
     deps: Sequence[Sequence[int]],
     cons: Sequence[Sequence[int]],
 ) -> tuple[list[_Place], tuple[int, ...]]:
@@ -296,7 +157,7 @@ def _place(
         for outer, inner in itertools.pairwise(loops):
             if not tree.contains(outer, inner):
                 raise InternalScheduleError(
-                    f"the loops of value {_name(rich, v)} do not nest on one path"
+                    f"the loops of value {rich.value_name(v)} do not nest on one path"
                 )
         prod.append(loops[-1] if loops else None)
 
@@ -329,8 +190,8 @@ def _place(
             deepest = tree.deepest(list(pl.escapes))
             if tree.pos[tree.deepest(local)] > tree.pos[deepest]:
                 raise InternalScheduleError(
-                    f"value {_name(rich, v)} escapes loop {_loop_name(deepest)} but must stay "
-                    f"inside the deeper loop {_loop_name(tree.deepest(local))}."
+                    f"value {rich.value_name(v)} escapes loop {loop_name(deepest)} but must stay "
+                    f"inside the deeper loop {loop_name(tree.deepest(local))}."
                 )
         materialized = False
         later = [r for r in cons[v] if passes[r] > passes[v]]
@@ -347,9 +208,10 @@ def _place(
                         pl.escapes[e.loop] = _SCATTER
                     elif e.loop not in pl.escapes:
                         raise UnescapedNonLocalError(
-                            f"value {_name(rich, v)} is read by {_name(rich, same[0])} in a "
-                            f"later pass of its nest, but its {e.role} loop "
-                            f"{_loop_name(e.loop)} has no escape to materialize it through."
+                            f"value {rich.value_name(v)} is read by "
+                            f"{rich.value_name(same[0])} in a later pass of its nest, but its "
+                            f"{e.role} loop "
+                            f"{loop_name(e.loop)} has no escape to materialize it through."
                         )
             unescaped = [lp for lp in local if lp not in pl.escapes]
             other = [
@@ -357,9 +219,9 @@ def _place(
             ]
             if unescaped and other:
                 raise LaterPassReaderError(
-                    f"value {_name(rich, v)} stays inside loop {_loop_name(unescaped[0])} "
-                    f"(LoopLocal), but {_name(rich, other[0])} reads it in a later pass from "
-                    f"another nest (loop {_loop_name(prod[other[0]])}). Batch the two "  # type: ignore[arg-type]
+                    f"value {rich.value_name(v)} stays inside loop {loop_name(unescaped[0])} "
+                    f"(LoopLocal), but {rich.value_name(other[0])} reads it in a later pass from "
+                    f"another nest (loop {loop_name(prod[other[0]])}). Batch the two "  # type: ignore[arg-type]
                     "consumers with one loop, or do not batch this value's mode."
                 )
         for lp, kind in pl.escapes.items():
@@ -369,8 +231,8 @@ def _place(
                 pr = prod[r]
                 if passes[r] == passes[v] and pr is not None and tree.contains(lp, pr):
                     raise PartialSumReadError(
-                        f"{_name(rich, r)} reads {_name(rich, v)} inside loop "
-                        f"{_loop_name(lp)} in the same pass, but that value is a sum over the "
+                        f"{rich.value_name(r)} reads {rich.value_name(v)} inside loop "
+                        f"{loop_name(lp)} in the same pass, but that value is a sum over the "
                         "loop's batches and is complete only after the loop."
                     )
         if pl.escapes:
@@ -430,14 +292,14 @@ def _topo(items: list[_Item], rich: RichSchedule, where: str) -> list[Step]:
 
 def _step_name(step: Step, rich: RichSchedule) -> str:
     if isinstance(step, BuildStep):
-        return _name(rich, step.value_id)
-    return f"loop {_loop_name(step.loop)}"
+        return rich.value_name(step.value_id)
+    return f"loop {loop_name(step.loop)}"
 
 
 def _assemble(
     rich: RichSchedule,
     legs: Sequence[Sequence[int]],
-    tree: _Tree,
+    tree: LoopTree,
     members: list[LoopId],
     builds: dict[LoopId, list[int]],
     outs: dict[LoopId, list[tuple[int, OutputKind]]],
@@ -467,7 +329,7 @@ def _assemble(
             axis=_axis_of(rich, lp, b + [v for v, _ in o] + sorted(produced)),
             level=ScopeLevel(tree.pos[lp] + 1, lp[0], lp[1], latitude),
             kind=kinds.get(lp, LoopKind.CONTRACTED),
-            steps=tuple(_topo(items, rich, f"loop {_loop_name(lp)}")),
+            steps=tuple(_topo(items, rich, f"loop {loop_name(lp)}")),
             outputs=tuple(sorted(o, key=lambda t: rich.cells[t[0]].first_use)),
         )
         tie = min(rich.cells[v].first_use for v in produced)
@@ -531,8 +393,7 @@ def build_ordered_schedule(
         raise InternalScheduleError(
             f"legality has {len(legality.cells)} records for {len(rich.cells)} rich values."
         )
-    ents = _entries(rich, legality)
-    tree = _loop_tree(ents, _chain(rich, ents, mode_order), rich)
+    ents, tree = build_loop_tree(rich, legality, mode_order)  # step 1
     deps, cons = rich.dependencies()
     leaves = {v for v, c in enumerate(rich.cells) if c.is_leaf}
     deps_nl = [tuple(o for o in ds if o not in leaves) for ds in deps]
@@ -577,118 +438,3 @@ def build_ordered_schedule(
             + str(sched)
         )
     return sched
-
-
-def well_formed_violations(sched: OrderedSchedule) -> list[str]:
-    """Every V2 structural rule ``sched`` breaks (empty when well formed).
-
-    Rules: (1) build ids in range; (2) sibling blocks differ in
-    ``(depth, loop_slot, latitude)``; (3) output ids in range; (4a) no value built twice;
-    (4b) a built value is an output only at its build block or an ancestor of it;
-    (4c) a value's escape sites lie on one root-to-block path, at distinct depths.
-
-    Example:
-        >>> well_formed_violations(OrderedSchedule(ScopeBlock(steps=(BuildStep(5),)), 1))
-        ['build of v5 is out of range (num_values=1)']
-    """
-    n = sched.num_values
-    problems: list[str] = []
-    built: dict[int, int] = {}  # value -> block number
-    escapes: dict[int, list[int]] = {}
-    blocks = sched.walk()
-    anc_ids: list[set[int]] = []
-    ids = {id(b): k for k, (b, _) in enumerate(blocks)}
-    for k, (blk, anc) in enumerate(blocks):
-        anc_ids.append({ids[id(a)] for a in anc})
-        keys = [c.level.key for c in blk.blocks()]
-        if len(set(keys)) != len(keys):
-            problems.append(f"sibling blocks repeat a (depth, loop_slot, latitude): {keys}")
-        for step in blk.steps:
-            if isinstance(step, BuildStep):
-                v = step.value_id
-                if not 0 <= v < n:
-                    problems.append(f"build of v{v} is out of range (num_values={n})")
-                elif v in built:
-                    problems.append(f"v{v} is built twice")
-                else:
-                    built[v] = k
-        seen: set[int] = set()
-        for v, _ in blk.outputs:
-            if not 0 <= v < n:
-                problems.append(f"output v{v} is out of range (num_values={n})")
-                continue
-            if v in seen:
-                problems.append(f"v{v} is an output of one block twice")
-            seen.add(v)
-            escapes.setdefault(v, []).append(k)
-    for v, sites in escapes.items():
-        if v in built:
-            b = built[v]
-            for s in sites:
-                if s != b and s not in anc_ids[b]:
-                    problems.append(f"v{v} is built in one block and output by an unrelated one")
-        for s in sites:
-            for t in sites:
-                if s < t and s not in anc_ids[t]:
-                    problems.append(f"v{v} escapes from two blocks not on one nesting path")
-    return problems
-
-
-def well_formed(sched: OrderedSchedule) -> bool:
-    """Whether ``sched`` satisfies every V2 structural rule (:func:`well_formed_violations`).
-
-    Example:
-        >>> well_formed(OrderedSchedule(ScopeBlock(steps=(BuildStep(0),)), 1))
-        True
-    """
-    return not well_formed_violations(sched)
-
-
-def crossings(sched: OrderedSchedule) -> dict[tuple[int, ...], tuple[int, ...]]:
-    """Values that leave a loop block without an output entry there (invariant crossings).
-
-    Keyed by the block's path (child positions from the root); the values are produced
-    inside the block, read outside it, and not listed in its ``outputs``. The loop does
-    not touch them: a lowering keeps the value from the (first or last) iteration.
-
-    Example:
-        >>> crossings(OrderedSchedule(ScopeBlock(), 0))
-        {}
-    """
-    out: dict[tuple[int, ...], tuple[int, ...]] = {}
-
-    def produced(blk: ScopeBlock) -> set[int]:
-        got = {v for v, _ in blk.outputs}
-        for s in blk.steps:
-            got |= {s.value_id} if isinstance(s, BuildStep) else produced(s)
-        return got
-
-    def visit(blk: ScopeBlock, path: tuple[int, ...], readers_outside: set[int]) -> None:
-        # readers_outside: values read by steps outside blk (after or around it)
-        for k, s in enumerate(blk.steps):
-            if not isinstance(s, ScopeBlock):
-                continue
-            inner = produced(s)
-            outside = set(readers_outside)
-            for j, t in enumerate(blk.steps):
-                if j != k:
-                    outside |= _reads(t, sched)
-            outside |= {o for v, _ in blk.outputs for o in sched.operand_vids[v]}
-            escaping = {v for v in inner & outside if v not in {w for w, _ in s.outputs}}
-            if escaping:
-                out[(*path, k)] = tuple(sorted(escaping))
-            visit(s, (*path, k), outside)
-
-    visit(sched.root, (), set())
-    return out
-
-
-def _reads(step: Step, sched: OrderedSchedule) -> set[int]:
-    if isinstance(step, BuildStep):
-        return set(sched.operand_vids[step.value_id]) if sched.operand_vids else set()
-    got: set[int] = set()
-    for s in step.steps:
-        got |= _reads(s, sched)
-    for v, _ in step.outputs:
-        got |= set(sched.operand_vids[v]) if sched.operand_vids else set()
-    return got

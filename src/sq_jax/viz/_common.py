@@ -1,11 +1,13 @@
-"""Helpers shared by the plots: the lazy matplotlib import, byte units, value labels.
+"""Helpers shared by the plots: the lazy matplotlib import, value labels.
 
 Nothing here imports matplotlib at module import time: :func:`require_matplotlib` does,
 inside the plotting functions, so ``import sq_jax`` never needs it.
 
+Byte sizes are written by :func:`sq_jax._units.human_bytes`.
+
 Example:
-    >>> human_bytes(16856), human_bytes(3 * 2**30), human_bytes(12)
-    ('16.5 KiB', '3 GiB', '12 B')
+    >>> plural(2, "value"), truncate("abcdef", 4)
+    ('2 values', 'abc…')
 """
 
 from __future__ import annotations
@@ -13,17 +15,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..forest.dump import expr_text
 from ..schedule import ScheduledForest
-from ..schedule.errors import expr_text
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = [
-    "UNITS",
     "axes_and_figure",
-    "human_bytes",
     "plan_label",
     "plural",
     "require_matplotlib",
@@ -34,9 +34,6 @@ __all__ = [
 
 MISSING = "plotting needs matplotlib: pip install 'sq_jax[notebooks]'"
 """The one-line message of the :class:`ImportError` raised without matplotlib."""
-
-UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
-"""Binary byte units, largest first."""
 
 
 def require_matplotlib() -> Any:
@@ -57,30 +54,6 @@ def require_matplotlib() -> Any:
     except ImportError as err:
         raise ImportError(MISSING) from err
     return matplotlib
-
-
-def unit_for(nbytes: float) -> tuple[str, int]:
-    """The largest binary unit not above ``nbytes`` (bytes for anything below 1 KiB).
-
-    Example:
-        >>> unit_for(16856), unit_for(0)
-        (('KiB', 1024), ('B', 1))
-    """
-    for name, scale in UNITS:
-        if nbytes >= scale:
-            return name, scale
-    return "B", 1
-
-
-def human_bytes(nbytes: float) -> str:
-    """``nbytes`` with a binary unit and three significant digits.
-
-    Example:
-        >>> human_bytes(165888), human_bytes(1024), human_bytes(1536 * 2**20)
-        ('162 KiB', '1 KiB', '1.5 GiB')
-    """
-    name, scale = unit_for(nbytes)
-    return f"{nbytes / scale:.3g} {name}"
 
 
 def plural(n: int, word: str) -> str:

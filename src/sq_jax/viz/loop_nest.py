@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._units import human_bytes
 from ..plan.batch import LoopKind
 from ..schedule import ScheduledForest
 from ..schedule.ir import BuildStep, OutputKind, ScopeBlock
 from ..schedule.peak import dag_path
 from ._common import (
     axes_and_figure,
-    human_bytes,
     plan_label,
     plural,
     require_matplotlib,

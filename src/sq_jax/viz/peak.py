@@ -26,18 +26,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._units import human_bytes, unit_for
 from ..plan.batch import LoopKind
 from ..schedule import ScheduledForest
 from ..schedule.peak import PeakSchedule, dag_path
 from ._common import (
     axes_and_figure,
-    human_bytes,
     plan_label,
     plural,
     require_matplotlib,
     save,
     truncate,
-    unit_for,
     value_label,
 )
 

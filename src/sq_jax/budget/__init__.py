@@ -1,0 +1,72 @@
+"""The memory-budget planner: the cheapest batch plan whose memory fits a budget.
+
+A stage of its own, above the lowering: it schedules and lowers every candidate
+configuration to price it. :mod:`.model` prices one configuration as functions of the
+batch counts, :mod:`.search` finds the cheapest plan that fits, :mod:`.explain` says
+why none does.
+
+Users say how much memory they have, not which modes to batch. :func:`plan_for_budget`
+chooses the batched spaces, their roles (external / contracted) and their batch counts
+that minimise the FLOPs of the scheduled program, recomputation included
+(:func:`sq_jax.schedule.cost.schedule_flops`), subject to its memory fitting the budget
+— SeQuant's "perf-first" objective (``docs/schedule.md``, "Loop placement").
+
+**What the budget counts.** What the compiled program allocates, as XLA's
+``memory_analysis()`` reports it (temporaries + outputs): every intermediate, the
+operand copies XLA makes (slices cut on use, transposes into matrix layout), loop
+accumulators and stacked pieces, the fused sum chains that keep their products alive,
+and the results — predicted by :func:`sq_jax.lower.memory.memory_model` from the
+lowered program — times :data:`XLA_HEADROOM` for XLA's heap packing. The schedule's
+own peak profile (SeQuant's model, one footprint per value) must fit too; it is always
+the smaller of the two in practice. Inputs (integrals, amplitudes) are *not* counted:
+they are the caller's arrays. Results are never sliced at their home, so the budget
+can never drop below the results and what is live with them.
+
+**Search.** A *configuration* is a role choice per space: not batched, external,
+contracted, or both. The schedule's structure (loops, placement, recomputation) depends
+only on the configuration, not on the batch counts, so each configuration is scheduled
+and lowered once, and its memory and FLOPs are then exact functions of the counts: the
+memory is a sweep over live buffers whose sizes are monomials in the block sizes (some
+only present when a block size leaves an uneven last batch), the FLOPs a polynomial in
+the batch counts (:func:`sq_jax.schedule.cost.flop_terms`). The FLOPs rise with every
+count, so for every count of all but the last batched space on a ladder of distinct
+block sizes (``ceil(extent / n)``), the last space's counts are tried from the fewest
+up and the first that fits is kept; a combination is skipped when its cheapest count
+already costs more than the best plan found. Configurations are visited
+by the number of batched roles; once a plan without recomputation is found, levels with
+more batched roles are not visited (they cannot win the tie-break).
+
+**Objective and ties.** Minimise ``(FLOPs, batched roles, loop blocks in the schedule,
+total batches, configuration order)``: at equal FLOPs the plan with fewer batched roles,
+then fewer loops, then fewer batches wins. The result is deterministic. The returned plan
+is scheduled once more to check its peak and FLOPs against the model.
+
+References: SeQuant's batched evaluation (``docs/schedule.md``); cotengra's
+slicing search for the idea of pricing recomputation against memory (not its code).
+
+External loops open at the roots, or at the reads of the values a permuted sum reads
+(``external_site="root"``, :mod:`sq_jax.plan.annotate`); plans with loops at the roots
+themselves (``"top"``: lower memory floor, more FLOPs) are searched too when the first
+search finds nothing or nothing below twice the unbatched FLOPs; the fewest FLOPs win.
+
+Known limitations: the memory model predicts XLA's live buffers, not its heap fragmentation,
+which grows with the number of loops (a plan with 80 loop instances measured 1.6x its
+live peak) — :data:`XLA_HEADROOM` covers the plans measured in ``tests/``; a
+configuration that the scheduler cannot express (a :class:`~sq_jax.ScheduleError`) is
+left out.
+
+Example:
+    >>> import sq_jax as sq
+    >>> eqs = sq.parse("E = g{i1,i2;a1,a2} t{a1;i1} t{a2;i2}")
+    >>> forest = sq.build_forest(eqs, sq.Spaces(i=40, a=80))
+    >>> str(plan_for_budget(forest, None))  # no limit: nothing batched
+    'BatchPlan()'
+    >>> str(plan_for_budget(forest, "300 kB"))  # g is 82 MB; its slices are copies
+    'BatchPlan(i: 20 batches [contracted])'
+"""
+
+from .explain import required_bytes as required_bytes
+from .model import XLA_HEADROOM as XLA_HEADROOM
+from .search import plan_for_budget as plan_for_budget
+
+__all__ = ["XLA_HEADROOM", "plan_for_budget", "required_bytes"]

@@ -1,0 +1,187 @@
+"""One configuration of the budget search, priced as functions of the batch counts.
+
+A :class:`Configuration` is a role choice per batched space; :func:`budget_model`
+schedules nothing itself: from one scheduled forest of that configuration it builds a
+:class:`BudgetModel` whose memory (the schedule's peak profile and the lowered
+program's predicted XLA memory) and FLOPs are exact functions of the block sizes and
+batch counts.
+
+Example:
+    >>> cfg = Configuration((("a", False, True),), rank=0)
+    >>> str(cfg.plan([4])), cfg.flags
+    ('BatchPlan(a: 4 batches [contracted])', 1)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..lower.instructions import lower_schedule
+from ..lower.memory import memory_model
+from ..plan.batch import BatchPlan, SpaceBatch
+from ..schedule import ScheduledForest
+from ..schedule.cost import flop_terms
+
+__all__ = ["ROLES", "XLA_HEADROOM", "BudgetModel", "Configuration", "SearchPoint", "budget_model"]
+
+_ITEMSIZE = 8
+
+XLA_HEADROOM = 1.25
+"""The budget must hold the predicted XLA memory times this: XLA packs its buffers into
+one heap with some fragmentation, and its scheduler does not follow our order exactly.
+Measured (``tests/test_memory_model.py``, CCSD/CCD plans): XLA's temporaries + outputs
+were 0.6-1.19x the prediction."""
+
+ROLES = ((True, False), (False, True), (True, True))  # external, contracted, both
+
+
+@dataclass(frozen=True, slots=True)
+class Configuration:
+    """Roles per batched space: ``((space, external, contracted), ...)``."""
+
+    roles: tuple[tuple[str, bool, bool], ...]
+    rank: int
+    site: str = "root"
+
+    @property
+    def spaces(self) -> tuple[str, ...]:
+        """The batched spaces, in role order."""
+        return tuple(s for s, _, _ in self.roles)
+
+    @property
+    def flags(self) -> int:
+        """The number of batched roles (a space batched in both roles counts twice)."""
+        return sum(int(e) + int(c) for _, e, c in self.roles)
+
+    def plan(self, counts: Sequence[int]) -> BatchPlan:
+        """The batch plan of these roles with ``counts`` batches per space."""
+        return BatchPlan(
+            tuple(
+                SpaceBatch(s, batches=n, external=e, contracted=c)
+                for (s, e, c), n in zip(self.roles, counts, strict=True)
+            ),
+            self.site,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetModel:
+    """Peak and FLOPs of one configuration as functions of the batch counts."""
+
+    config: Configuration
+    peak_exponents: np.ndarray  # (G, S): per footprint signature, home modes per space
+    peak_live: np.ndarray  # (G, P): bytes at full block live at each point, per signature
+    flop_polynomial: tuple[tuple[tuple[int, ...], int], ...]  # (exponents per space, flops)
+    loops: int  # loop blocks in the ordered schedule
+    xla_exponents: np.ndarray  # (M, S): per monomial of the lowered model, powers per space
+    xla_uneven: np.ndarray  # (M,): space index whose uneven last batch it needs, or -1
+    xla_live: np.ndarray  # (M, Q): coefficient of each monomial at each point
+    extents: tuple[int, ...]  # per batched space
+
+    def static_peak(self, blocks: Sequence[int]) -> int:
+        """The schedule's peak profile (SeQuant's model) at these block sizes."""
+        weights = np.prod(np.asarray(blocks, dtype=np.int64) ** self.peak_exponents, axis=1)
+        if self.peak_live.shape[1] == 0:
+            return 0
+        return int(max(0, (weights @ self.peak_live).max()))
+
+    def xla_peak(self, blocks: Sequence[int]) -> int:
+        """The lowered program's predicted XLA temporaries + outputs (lower/memory.py)."""
+        if self.xla_live.shape[1] == 0:
+            return 0
+        b = np.asarray(blocks, dtype=np.int64)
+        weights = np.prod(b**self.xla_exponents, axis=1)
+        # per space: does its block size leave an uneven last batch; index -1 (no
+        # condition) reads the appended True
+        uneven = np.append(np.asarray(self.extents, dtype=np.int64) % b != 0, True)
+        weights = weights * uneven[self.xla_uneven]
+        return int(max(0, (weights @ self.xla_live).max()))
+
+    def peak(self, blocks: Sequence[int]) -> int:
+        """What the budget must hold: the larger of the two models, XLA's with headroom."""
+        return max(self.static_peak(blocks), math.ceil(self.xla_peak(blocks) * XLA_HEADROOM))
+
+    def flops(self, counts: Sequence[int]) -> int:
+        """The schedule's FLOPs at these batch counts (recomputation included)."""
+        total = 0
+        for exps, flops in self.flop_polynomial:
+            term = flops
+            for n, k in zip(counts, exps, strict=True):
+                term *= n**k
+            total += term
+        return total
+
+
+def budget_model(sf: ScheduledForest, config: Configuration) -> BudgetModel:
+    """The memory and FLOPs of ``config`` as functions of its batch counts.
+
+    ``sf`` is the forest scheduled under ``config`` with any counts (the structure does
+    not depend on them).
+
+    Example:
+        >>> import sq_jax as sq
+        >>> from sq_jax.schedule import schedule_forest
+        >>> forest = sq.build_forest(sq.parse("E = f{i1;a1} t{a1;i1}"), sq.Spaces(i=2, a=4))
+        >>> cfg = Configuration((("a", False, True),), rank=0)
+        >>> model = budget_model(schedule_forest(forest, cfg.plan([2])), cfg)
+        >>> model.flops([2]), model.flops([4])
+        (16, 16)
+    """
+    spaces = config.spaces
+    extents: dict[str, int] = {}
+    extent = sf.annotated.forest.spaces.extent
+    where = {s: k for k, s in enumerate(spaces)}
+    sigs: dict[tuple[int, ...], np.ndarray] = {}
+    npoints = sf.rich.num_points
+    for cell in sf.rich.cells:
+        if cell.is_leaf:
+            continue
+        exps = [0] * len(spaces)
+        coef = _ITEMSIZE
+        for ix in cell.carried:
+            if ix in cell.home_modes and ix.space in where:
+                exps[where[ix.space]] += 1
+            else:
+                if ix.space not in extents:
+                    extents[ix.space] = extent(ix.space)
+                coef *= extents[ix.space]
+        delta = sigs.setdefault(tuple(exps), np.zeros(npoints + 1, dtype=np.int64))
+        delta[cell.first_use] += coef
+        delta[cell.last_use + 1] -= coef
+    keys = sorted(sigs)
+    live = np.array([np.cumsum(sigs[k])[:npoints] for k in keys], dtype=np.int64)
+    poly: dict[tuple[int, ...], int] = {}
+    for term in flop_terms(sf):
+        exps = tuple(term.recompute.count(s) for s in spaces)
+        poly[exps] = poly.get(exps, 0) + term.flops
+    monos, coefs = memory_model(lower_schedule(sf)).totals()
+    xla_exps = np.zeros((len(monos), len(spaces)), dtype=np.int64)
+    for g, (powers, _) in enumerate(monos):
+        for space, k in powers:
+            xla_exps[g, where[space]] = k
+    return BudgetModel(
+        config,
+        np.array(keys, dtype=np.int64).reshape(len(keys), len(spaces)),
+        live.reshape(len(keys), npoints),
+        tuple(sorted(poly.items())),
+        sum(1 for blk, _ in sf.ordered.walk() if not blk.is_root),
+        xla_exps,
+        np.array([where.get(c, -1) if c is not None else -1 for _, c in monos], dtype=np.int64),
+        np.array(coefs, dtype=np.int64).reshape(len(monos), -1),
+        tuple(extent(s) for s in spaces),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SearchPoint:
+    """A plan found by the search: its sort key, configuration, counts, memory, FLOPs."""
+
+    key: tuple[int, ...]
+    config: Configuration
+    counts: tuple[int, ...]
+    peak: int
+    flops: int

@@ -1,0 +1,214 @@
+"""The budget search: every configuration, every batch count, the fewest FLOPs that fit.
+
+See :mod:`sq_jax.budget` for the objective, the ties and what the budget counts.
+
+Example:
+    >>> _ladder(10, None)
+    ((2, 5), (3, 4), (4, 3), (5, 2), (10, 1))
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from .._errors import PlanError, ScheduleError, SqJaxError
+from .._units import ACCEPTED_SIZES, parse_bytes
+from ..forest.nodes import Forest
+from ..plan.annotate import permuted_summands
+from ..plan.batch import BatchPlan
+from ..schedule import ScheduledForest, schedule_forest
+from ..schedule.cost import schedule_flops
+from .explain import infeasible_error, required_bytes, with_counts
+from .model import ROLES, BudgetModel, Configuration, SearchPoint, budget_model
+
+__all__ = ["plan_for_budget"]
+
+
+def _ladder(extent: int, max_batches: int | None) -> tuple[tuple[int, int], ...]:
+    """``(batches, block)`` for every distinct block size below ``extent``, fewest first."""
+    out: dict[int, int] = {}
+    for n in range(2, extent + 1):
+        block = -(-extent // n)
+        nb = -(-extent // block)
+        if max_batches is not None and nb > max_batches:
+            break
+        out.setdefault(nb, block)
+    return tuple(sorted(out.items()))
+
+
+def _configs(spaces: Sequence[str]) -> list[Configuration]:
+    """Every role choice over ``spaces`` (the empty one first), by batched roles."""
+    out = []
+    for choice in itertools.product((None, *ROLES), repeat=len(spaces)):
+        roles = tuple((s, *r) for s, r in zip(spaces, choice, strict=True) if r is not None)
+        out.append(roles)
+    out.sort(key=lambda r: (sum(int(e) + int(c) for _, e, c in r), len(r)))
+    return [Configuration(r, k) for k, r in enumerate(out)]
+
+
+def _batchable_spaces(forest: Forest, allowed: Iterable[str] | None) -> tuple[str, ...]:
+    present: dict[str, None] = {}
+    for node in forest.occurrences():
+        present.update(dict.fromkeys(ix.space for ix in node.indices))
+    spaces = forest.spaces
+    if allowed is not None:
+        keep = set()
+        for name in [allowed] if isinstance(allowed, str) else allowed:
+            try:
+                keep.add(spaces.resolve(name))
+            except SqJaxError as err:
+                raise PlanError(f"spaces_allowed names an unknown space: {err}") from None
+        present = {s: None for s in present if s in keep}
+    return tuple(sorted(s for s in present if spaces.has_extent(s) and spaces.extent(s) > 1))
+
+
+# -- the search ------------------------------------------------------------------------
+
+
+def _search(
+    model: BudgetModel,
+    ladders: Sequence[Sequence[tuple[int, int]]],
+    budget: int,
+    best: SearchPoint | None,
+) -> SearchPoint | None:
+    """The best point of one configuration under ``budget`` (``best`` if none beats it)."""
+    cfg = model.config
+
+    def point(combo: Sequence[tuple[int, int]]) -> SearchPoint:
+        counts = tuple(n for n, _ in combo)
+        flops = model.flops(counts)
+        key = (flops, cfg.flags, model.loops, sum(counts), cfg.rank)
+        return SearchPoint(key, cfg, counts, -1, flops)
+
+    if not ladders:
+        pt = point(())
+        peak = model.peak(())
+        if peak <= budget and (best is None or pt.key < best.key):
+            return SearchPoint(pt.key, cfg, (), peak, pt.flops)
+        return best
+    *outer, last = ladders
+    for head in itertools.product(*outer):
+        cheapest = point((*head, last[0]))
+        if best is not None and cheapest.key >= best.key:
+            continue  # FLOPs only grow with the last count
+        blocks = [b for _, b in head]
+        # FLOPs grow with the last count, so the first count that fits is this head's
+        # best; the peak is not monotone (an uneven last batch costs extra buffers), so
+        # every count is tried rather than bisected.
+        fits = next(
+            (k for k, (_, b) in enumerate(last) if model.peak([*blocks, b]) <= budget), None
+        )
+        if fits is None:
+            continue
+        pt = point((*head, last[fits]))
+        if best is None or pt.key < best.key:
+            best = SearchPoint(
+                pt.key, cfg, pt.counts, model.peak([*blocks, last[fits][1]]), pt.flops
+            )
+    return best
+
+
+def plan_for_budget(
+    forest: Forest,
+    budget: int | str | float | None,
+    *,
+    spaces_allowed: Iterable[str] | None = None,
+    max_batches: int | None = None,
+) -> BatchPlan:
+    """The batch plan with the fewest FLOPs whose static peak fits ``budget``.
+
+    Args:
+        forest: the eval forest (:func:`sq_jax.build_forest`).
+        budget: bytes for the static peak of intermediates and results (inputs excluded;
+            module docstring): an int, text for :func:`parse_bytes` (``"2 GiB"``), or
+            ``None`` / ``math.inf`` for no limit (the empty plan).
+        spaces_allowed: the spaces the plan may batch (default: every space of the
+            forest with an extent above 1).
+        max_batches: at most this many batches per space (default: one per element).
+
+    Returns:
+        The plan (``BatchPlan()`` when nothing needs batching), deterministic.
+
+    Raises:
+        PlanError: for a bad budget, an unknown space or ``max_batches`` below 1.
+        MemoryBudgetError: when no plan fits; the message gives the smallest peak found,
+            its plan, the value dominating that peak, and how to fix it.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> eqs = sq.parse("E = g{i1,i2;a1,a2} t{a1;i1} t{a2;i2}")
+        >>> forest = sq.build_forest(eqs, sq.Spaces(i=40, a=80))
+        >>> str(plan_for_budget(forest, "300 kB", spaces_allowed=["i"]))
+        'BatchPlan(i: 20 batches [contracted])'
+        >>> try:
+        ...     plan_for_budget(forest, 8)
+        ... except sq.MemoryBudgetError as err:
+        ...     print(err.smallest_feasible, err.plan)
+        1910 BatchPlan(a: 80 batches [contracted]; i: 40 batches [contracted])
+    """
+    if budget is None or (isinstance(budget, float) and math.isinf(budget) and budget > 0):
+        return BatchPlan()
+    if isinstance(budget, float):
+        if not math.isfinite(budget) or budget < 1:
+            raise PlanError(f"memory budget {budget!r}: expected {ACCEPTED_SIZES}, or None.")
+        budget = math.floor(budget)
+    limit = parse_bytes(budget)
+    if max_batches is not None and (
+        isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 1
+    ):
+        raise PlanError(f"max_batches must be a positive int or None, got {max_batches!r}.")
+    spaces = _batchable_spaces(forest, spaces_allowed)
+    extent = forest.spaces.extent
+    ladders = {s: _ladder(extent(s), max_batches) for s in spaces}
+    spaces = tuple(s for s in spaces if ladders[s])
+    f0 = forest.flops
+    best: SearchPoint | None = None
+    floor: tuple[SearchPoint, ScheduledForest] | None = None  # the smallest peak seen
+    scheduled: dict[Configuration, ScheduledForest] = {}
+    level = -1
+    # External loops open at the reads of a permuted sum's values first (Y built once
+    # per batch). Loops at the roots themselves (Y built per orientation: more FLOPs, but
+    # a lower memory floor) are searched only when that finds nothing, or nothing that
+    # costs less than twice the unbatched FLOPs (each search schedules every role
+    # choice: the planner's time doubles).
+    configs = _configs(spaces)
+    tops = [replace(c, site="top") for c in configs if any(e for _, e, _ in c.roles)]
+    if not any(permuted_summands(root.node) for root in forest.roots):
+        tops = []  # the two sites are the same
+    configs += tops
+    for cfg in configs:
+        if cfg.site == "top" and best is not None and best.flops <= 2 * f0:
+            break
+        if best is not None and best.flops == f0 and cfg.flags > level:
+            break  # nothing at a higher level can win the tie-break
+        level = cfg.flags
+        try:  # the structure does not depend on the counts: schedule with 2 each
+            sf = schedule_forest(forest, cfg.plan([2] * len(cfg.spaces)))
+        except ScheduleError:
+            continue  # this configuration cannot be expressed: leave it out
+        scheduled[cfg] = sf
+        model = budget_model(sf, cfg)
+        lad = [ladders[s] for s in cfg.spaces]
+        if best is None:  # only needed for the error message
+            low, counts = min(
+                (model.peak([b for _, b in combo]), tuple(n for n, _ in combo))
+                for combo in itertools.product(*lad)
+            )
+            if floor is None or (low, cfg.rank) < (floor[0].peak, floor[0].config.rank):
+                floor = (SearchPoint((), cfg, counts, low, 0), sf)
+        best = _search(model, lad, limit, best)
+    if best is None:
+        raise infeasible_error(limit, floor, spaces, _batchable_spaces(forest, None), max_batches)
+    plan = best.config.plan(best.counts)
+    check = with_counts(scheduled[best.config], plan)
+    need = required_bytes(check)
+    if need != best.peak or schedule_flops(check) != best.flops:
+        raise PlanError(  # a bug in the model, not in the user's input
+            f"internal: the planner's model of {plan} predicted peak {best.peak} and "
+            f"{best.flops} FLOPs, the schedule has {need} and {schedule_flops(check)}. "
+            "Please report this with the equations."
+        )
+    return plan

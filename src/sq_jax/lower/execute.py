@@ -1,0 +1,249 @@
+"""Running instructions inside a JAX trace: the pieces the interpreter and shard share.
+
+:func:`run_body` runs a body of instructions in order; a :class:`~sq_jax.lower.ir.Loop`
+becomes one ``lax.fori_loop`` or ``lax.scan`` (:func:`run_loop`). Operands are cut to
+the current batch on use (:func:`read_operand`); stacked per-batch pieces are moved into
+their full mode by :func:`merge_batches`. :mod:`sq_jax.lower.interpret` runs a whole
+program on one device with these, :mod:`sq_jax.lower.shard` runs root loops over a
+device mesh.
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> merge_batches(jnp.ones((3, 2, 4)), 0).shape  # 3 batches of 2 along mode 0
+    (6, 4)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ..forest.reference import scalar_value
+from ..schedule.ir import LoopId
+from .ir import Combine, Contract, Instr, Loop, Read
+
+__all__ = [
+    "Ctx",
+    "block_shape",
+    "contract",
+    "merge_batches",
+    "read_operand",
+    "run_body",
+    "run_loop",
+]
+
+Ctx = Mapping[LoopId, tuple[Any, int, Any]]
+"""Active loops: loop instance -> (start of the current batch, its static size, first
+valid element or ``None``). In an overlapping last batch, elements before the first
+valid one were covered by the previous batch."""
+
+
+def block_shape(dims: tuple[tuple[int, LoopId | None], ...], ctx: Ctx) -> tuple[int, ...]:
+    """The shape of a stored value in the current batches: a sliced mode has its block size."""
+    return tuple(extent if lp is None else ctx[lp][1] for extent, lp in dims)
+
+
+def read_operand(
+    read: Read, env: Mapping[int, Any], ctx: Ctx, blocks: Mapping[str, Any], dtype: Any
+) -> Any:
+    """The operand, cut on use: ``x[..., start:start+size, ...]`` along each sliced mode."""
+    if read.scalar is not None:
+        return jnp.asarray(scalar_value(jnp, read.scalar.scalar, blocks), dtype=dtype)
+    x = blocks[read.input_key] if read.input_key is not None else env[read.value_id]
+    if not read.slices:
+        return x
+    starts: list[Any] = [0] * x.ndim
+    sizes = list(x.shape)
+    for p, lp in read.slices:
+        starts[p], sizes[p], _ = ctx[lp]
+    # one dynamic_slice for all cut modes; starts are never negative
+    return lax.dynamic_slice(x, starts, sizes, allow_negative_indices=False)
+
+
+def _mask(x: Any, position: int, size: int, valid_from: Any) -> Any:
+    """Zero the elements ``x[..., j, ...]`` with ``j < valid_from`` along ``position``."""
+    keep = lax.broadcasted_iota(jnp.int32, x.shape, position) >= valid_from
+    return jnp.where(keep, x, jnp.zeros((), x.dtype))
+
+
+def contract(ins: Contract, ops: list[Any]) -> Any:
+    """One contraction: ``dot_general`` on grouped 2-D/3-D views (:mod:`..gemm`).
+
+    Without a gemm plan (a mode twice on one operand) it runs as ``einsum``.
+
+    Example:
+        >>> import numpy as np
+        >>> from sq_jax.lower.ir import Read
+        >>> ins = Contract(0, "ab,bc->ac", (Read(1), Read(2)), ())
+        >>> contract(ins, [np.eye(2), np.ones((2, 3))]).tolist()
+        [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
+    """
+    plan = ins.gemm
+    if plan is None:
+        return jnp.einsum(ins.spec, *ops, precision=lax.Precision.HIGHEST)
+    ops = [
+        x if perm is None else jnp.transpose(x, perm)
+        for x, perm in zip(ops, plan.perms, strict=True)
+    ]
+    lhs, rhs = (ops[1], ops[0]) if plan.swap else (ops[0], ops[1])
+    nb, nfl, nk, nfr = plan.groups
+    batch = lhs.shape[:nb]
+    if plan.lhs_k_first:
+        kshape, lfree = lhs.shape[nb : nb + nk], lhs.shape[nb + nk :]
+    else:
+        lfree, kshape = lhs.shape[nb : nb + nfl], lhs.shape[nb + nfl :]
+    rfree = rhs.shape[nb + nk :] if plan.rhs_k_first else rhs.shape[nb : nb + nfr]
+    b, k, fl, fr = map(math.prod, (batch, kshape, lfree, rfree))
+    lead = (b,) if nb else ()
+    lhs = lhs.reshape(lead + ((k, fl) if plan.lhs_k_first else (fl, k)))
+    rhs = rhs.reshape(lead + ((k, fr) if plan.rhs_k_first else (fr, k)))
+    lc = len(lead) + (0 if plan.lhs_k_first else 1)
+    rc = len(lead) + (0 if plan.rhs_k_first else 1)
+    dims = (((lc,), (rc,)), ((0,), (0,)) if nb else ((), ()))
+    out = lax.dot_general(lhs, rhs, dims, precision=lax.Precision.HIGHEST)
+    return out.reshape(batch + lfree + rfree)
+
+
+def run_body(
+    body: tuple[Instr, ...],
+    env: dict[int, Any],
+    ctx: Ctx,
+    blocks: Mapping[str, Any],
+    dtype: Any,
+    remat: bool,
+    vary: Any = None,
+) -> None:
+    """Run ``body`` in order, storing each produced value in ``env``.
+
+    ``vary`` (``None`` outside ``shard_map``) retypes a loop carry as varying across the
+    mesh axis, so nested loops type-check inside :mod:`sq_jax.lower.shard`.
+    """
+    for ins in body:
+        if isinstance(ins, Contract):
+            ops = [read_operand(r, env, ctx, blocks, dtype) for r in ins.operands]
+            for k, p, lp in ins.masks:
+                _, size, valid_from = ctx[lp]
+                if valid_from is not None:
+                    ops[k] = _mask(ops[k], p, size, valid_from)
+            env[ins.value_id] = contract(ins, ops)
+        elif isinstance(ins, Combine):
+            terms = []
+            ops = [read_operand(r, env, ctx, blocks, dtype) for r in ins.operands]
+            for x, perm, c in zip(ops, ins.perms, ins.coefs, strict=True):
+                x = jnp.transpose(x, perm) if perm != tuple(range(len(perm))) else x
+                terms.append(x if c == 1.0 else c * x)
+            env[ins.value_id] = terms[0] + terms[1]
+        else:
+            env.update(run_loop(ins, env, ctx, blocks, dtype, remat, vary))
+
+
+def merge_batches(stacked: Any, position: int) -> Any:
+    """``(n, ..., b@position, ...)`` -> ``(..., n*b@position, ...)``: batches in order."""
+    moved = jnp.moveaxis(stacked, 0, position)
+    shape = moved.shape
+    merged = (shape[position] * shape[position + 1],)
+    return moved.reshape(shape[:position] + merged + shape[position + 2 :])
+
+
+def run_loop(
+    loop: Loop,
+    env: Mapping[int, Any],
+    ctx: Ctx,
+    blocks: Mapping[str, Any],
+    dtype: Any,
+    remat: bool,
+    vary: Any = None,
+) -> dict[int, Any]:
+    """One scope block: a loop over the batches of ``loop.loop``.
+
+    Equivalent to::
+
+        acc = {v: 0 for v in sums}; pieces = {v: [] for v in scatters}
+        for start in range(0, extent, block):
+            size = min(block, extent - start)
+            local = run(body, batch=(start, size))      # operands cut on use
+            for v in sums: acc[v] += local[v]
+            for v, p in scatters: pieces[v].append(local[v])
+        return acc | {v: concatenate(pieces[v], axis=p) for v, p in scatters}
+
+    Batches run in one ``lax.fori_loop`` (``lax.scan`` when there are scatters). When
+    ``block`` does not divide ``extent``, either the smaller last batch is a second trace
+    of the body (``loop.peel``: a loop with no nested loop), or the last batch keeps the
+    full size and starts at ``extent - block``, overlapping the previous one: summed
+    overlap is masked to zero, scattered overlap dropped. Values in ``carries`` are
+    invariant to the loop: the last batch's copy is kept.
+    """
+    sums = [v for v, _ in loop.sums]
+    scatters = [(v, p) for v, p, _ in loop.scatters]
+    carries = [v for v, _ in loop.carries]
+    block, extent = loop.block, loop.extent
+
+    def batch(start: Any, valid_from: Any, size: int) -> tuple[tuple[Any, ...], ...]:
+        local = dict(env)
+        inner = {**ctx, loop.loop: (start, size, valid_from)}
+        run_body(loop.body, local, inner, blocks, dtype, remat, vary)
+        outs = (
+            tuple(local[v] for v in sums),
+            tuple(local[v] for v in carries),
+            tuple(local[v] for v, _ in scatters),
+        )
+        return outs if vary is None else jax.tree.map(vary, outs)
+
+    run = jax.checkpoint(batch, static_argnums=(2,)) if remat else batch
+    overlap = loop.remainder > 0 and not loop.peel
+    n = loop.num_batches if overlap else loop.full_batches
+
+    def at(k: Any) -> tuple[tuple[Any, ...], ...]:
+        if not overlap:
+            return run(k * block, None, block)
+        start = jnp.minimum(k * block, extent - block)
+        return run(start, k * block - start, block)
+
+    full_ctx = {**ctx, loop.loop: (0, block, None)}
+    init = (
+        tuple(jnp.zeros(block_shape(d, full_ctx), dtype) for _, d in loop.sums),
+        tuple(jnp.zeros(block_shape(d, full_ctx), dtype) for _, d in loop.carries),
+    )
+    if vary is not None:
+        init = jax.tree.map(vary, init)
+    if not scatters:
+
+        def fori_body(k: Any, carry: Any) -> Any:
+            part, cross, _ = at(k)
+            return (tuple(a + b for a, b in zip(carry[0], part, strict=True)), cross)
+
+        acc, cross = lax.fori_loop(0, n, fori_body, init)
+        stacked: tuple[Any, ...] = ()
+    else:
+
+        def scan_body(carry: Any, k: Any) -> Any:
+            part, cross, pieces = at(k)
+            return (tuple(a + b for a, b in zip(carry[0], part, strict=True)), cross), pieces
+
+        (acc, cross), stacked = lax.scan(scan_body, init, jnp.arange(n))
+    if overlap:
+        drop = block - loop.remainder
+        full = [
+            jnp.concatenate(
+                [merge_batches(y[:-1], p), lax.slice_in_dim(y[-1], drop, block, axis=p)], axis=p
+            )
+            for y, (_, p) in zip(stacked, scatters, strict=True)
+        ]
+    else:
+        full = [merge_batches(y, p) for y, (_, p) in zip(stacked, scatters, strict=True)]
+    if loop.peel:
+        part, cross, pieces = run(n * block, None, loop.remainder)
+        acc = tuple(a + b for a, b in zip(acc, part, strict=True))
+        full = [
+            jnp.concatenate([f, x], axis=p)
+            for f, x, (_, p) in zip(full, pieces, scatters, strict=True)
+        ]
+    out = dict(zip(sums, acc, strict=True))
+    out.update(zip(carries, cross, strict=True))
+    out.update((v, f) for (v, _), f in zip(scatters, full, strict=True))
+    return out

@@ -1,0 +1,392 @@
+"""Loop identity: which physical loops of an annotated forest are one loop instance.
+
+Steps 1-3 of the rich schedule (:mod:`sq_jax.schedule.rich`): an iterative post-order
+walk numbers the static points and records every occurrence with its enclosing loops
+(:class:`Occ`); the loops of different occurrences of one value are then folded by a
+conflict-aware union-find (:class:`Loops`) and numbered per space.
+:func:`identify_loops` runs the three steps; :func:`nesting_pairs` says which loops
+must enclose which.
+
+Example:
+    >>> from sq_jax.expr.nodes import Index
+    >>> from sq_jax.expr.spaces import Spaces
+    >>> from sq_jax.forest.nodes import EvalNode, Forest, NodeKind, Root
+    >>> from sq_jax.plan import BatchPlan, annotate
+    >>> i3, i4 = Index("i", 3), Index("i", 4)
+    >>> outer = EvalNode(NodeKind.PRODUCT, (i3, i4), "B",
+    ...     EvalNode(NodeKind.LEAF, (i3,), "A"), EvalNode(NodeKind.LEAF, (i4,), "A"))
+    >>> forest = Forest((Root("B", (i3, i4), outer),), Spaces(i=8))
+    >>> occs, loops, ids = identify_loops(annotate(forest, BatchPlan.of({"i": 2})))
+    >>> [o.point for o in occs], sorted(ids.values())
+    ([2, 0, 1], [('i', 0), ('i', 1)])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .._errors import AnnotationError
+from ..expr.nodes import Index
+from ..forest.dump import expr_text
+from ..forest.nodes import EvalNode
+from ..plan.annotate import AnnotatedForest, LoopOpen, OccurrenceId, summed_indices
+from ..plan.batch import LoopKind
+from .ir import LoopId
+
+__all__ = ["Loops", "Occ", "identify_loops", "nesting_pairs"]
+
+
+@dataclass(slots=True)
+class Occ:
+    """Mutable per-occurrence scratch record of the walk."""
+
+    node: EvalNode
+    occ: OccurrenceId
+    parent: int  # index into the walk's list, -1 for a root
+    ectx: tuple[int, ...]  # loop ids (indices into Loops) enclosing this node
+    opens: tuple[LoopOpen, ...]
+    own_loops: tuple[int, ...] = ()
+    children: tuple[int, ...] = ()
+    point: int = -1
+    home_pos: tuple[int, ...] = ()  # carried positions an enclosing loop slices
+    pos_loop: tuple[int, ...] = ()  # per carried position: loop id or -1 (enclosing or own)
+    red: tuple[tuple[Index, int], ...] = ()  # (mode, loop id) of batched reductions
+
+
+@dataclass(slots=True)
+class Loops:
+    """The conflict-aware union-find over physical loops (opener, mode).
+
+    Rule 5 (equal enclosers): a fold never changes which loops must enclose a loop. A
+    loop is required inside exactly the enclosing loops its opener depends on
+    (:func:`nesting_pairs`), so a partial sum invariant to some loop is free to run
+    outside it. Folding it with a loop that must sit inside that loop would drag the sum
+    back in; its reader, which runs outside, would then need the inner loop's result
+    before the inner loop can run the reader's own consumers (a block-order cycle).
+    Because every fold keeps enclosers equal, a later fold of an enclosing loop cannot
+    add enclosers below it either.
+    """
+
+    mode: list[Index] = field(default_factory=list)
+    kind: list[LoopKind] = field(default_factory=list)
+    opener: list[int] = field(default_factory=list)  # walk index of the opener
+    parent: list[int] = field(default_factory=list)
+    touch: list[dict[int, object]] = field(default_factory=list)  # occ -> position token
+    forbid: list[set[int]] = field(default_factory=list)
+    inner: list[set[int]] = field(default_factory=list)  # loops this one must enclose
+    outer: list[set[int]] = field(default_factory=list)  # loops that must enclose this one
+
+    def add(self, mode: Index, kind: LoopKind, opener: int) -> int:
+        """A new loop over ``mode`` opened by walk entry ``opener``; its index."""
+        n = len(self.parent)
+        self.mode.append(mode)
+        self.kind.append(kind)
+        self.opener.append(opener)
+        self.parent.append(n)
+        self.touch.append({})
+        self.forbid.append(set())
+        self.inner.append(set())
+        self.outer.append(set())
+        return n
+
+    def require(self, outer: int, inner: int) -> None:
+        """Record that loop ``outer`` must enclose loop ``inner``."""
+        self.inner[outer].add(inner)
+        self.outer[inner].add(outer)
+
+    def find(self, x: int) -> int:
+        """The union-find root of loop ``x`` (with path compression)."""
+        root = x
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[x] != root:
+            self.parent[x], x = root, self.parent[x]
+        return root
+
+    def _reaches(self, src: int, dst: int) -> bool:
+        seen = {src}
+        stack = [src]
+        while stack:
+            for nxt in self.inner[stack.pop()]:
+                r = self.find(nxt)
+                if r == dst:
+                    return True
+                if r not in seen:
+                    seen.add(r)
+                    stack.append(r)
+        return False
+
+    def enclosers(self, root: int) -> frozenset[int]:
+        """Union-find roots of every loop that must enclose ``root``, transitively."""
+        seen: set[int] = set()
+        stack = [root]
+        while stack:
+            for nxt in self.outer[stack.pop()]:
+                r = self.find(nxt)
+                if r not in seen:
+                    seen.add(r)
+                    stack.append(r)
+        return frozenset(seen)
+
+    def try_unite(self, a: int, b: int) -> bool:
+        """Fold loops ``a`` and ``b`` into one instance unless a rule refuses it (rules 1-5)."""
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return True
+        if self.kind[ra] is not self.kind[rb]:
+            return False  # rule 3: kind
+        if any(self.find(x) == rb for x in self.forbid[ra]) or any(
+            self.find(x) == ra for x in self.forbid[rb]
+        ):
+            return False  # rule 2: forbidden partner
+        small, large = sorted((self.touch[ra], self.touch[rb]), key=len)
+        if any(occ in large and large[occ] != tok for occ, tok in small.items()):
+            return False  # rule 1: two positions of one occurrence
+        if self._reaches(ra, rb) or self._reaches(rb, ra):
+            return False  # rule 4: nesting
+        if self.enclosers(ra) != self.enclosers(rb):
+            return False  # rule 5: different enclosing loops (see Loops docstring)
+        if len(self.touch[ra]) < len(self.touch[rb]):
+            ra, rb = rb, ra
+        self.parent[rb] = ra
+        self.touch[ra].update(self.touch[rb])
+        self.forbid[ra] |= self.forbid[rb]
+        self.inner[ra] |= self.inner[rb]
+        self.outer[ra] |= self.outer[rb]
+        self.touch[rb], self.forbid[rb] = {}, set()
+        self.inner[rb], self.outer[rb] = set(), set()
+        return True
+
+
+def _walk(ann: AnnotatedForest) -> tuple[list[Occ], Loops]:
+    """Pre-order walk of every tree: occurrences, enclosing loops, points (post-order)."""
+    opens_at = ann.opens_by_occurrence()
+    occs: list[Occ] = []
+    loops = Loops()
+    point = 0
+    for r, root in enumerate(ann.forest.roots):
+        base = len(occs)
+        stack: list[tuple[EvalNode, int, tuple[int, ...]]] = [(root.node, -1, ())]
+        while stack:
+            node, parent, ectx = stack.pop()
+            me = len(occs)
+            oid = OccurrenceId(r, me - base)
+            opens = opens_at.get(oid, ())
+            rec = Occ(node, oid, parent, ectx, opens)
+            occs.append(rec)
+            own = tuple(loops.add(o.index, o.kind, me) for o in opens)
+            rec.own_loops = own
+            _check_opens(rec, occs, loops)
+            if node.left is not None:
+                inner = ectx + own
+                stack.append((node.right, me, inner))  # type: ignore[arg-type]
+                stack.append((node.left, me, inner))
+        # children lists, then post-order points for this tree
+        kids: dict[int, list[int]] = {}
+        for k in range(base, len(occs)):
+            if occs[k].parent >= 0:
+                kids.setdefault(occs[k].parent, []).append(k)
+        for k, ch in kids.items():
+            occs[k].children = tuple(ch)
+        order: list[int] = []
+        todo = [base]
+        while todo:
+            k = todo.pop()
+            order.append(k)
+            todo.extend(occs[k].children)
+        for k in reversed(order):
+            occs[k].point = point
+            point += 1
+    return occs, loops
+
+
+def _check_opens(rec: Occ, occs: list[Occ], loops: Loops) -> None:
+    """Each open must fit its node; no label may be re-used inside its own loop."""
+    node = rec.node
+    outer = {loops.mode[lp]: lp for lp in rec.ectx}
+    summed = summed_indices(node)
+    seen: set[Index] = set()
+    for o in rec.opens:
+        problem = ""
+        if o.index in seen:
+            problem = "is opened twice at this node"
+        elif o.index in outer:
+            problem = "is already the mode of an enclosing loop"
+        elif o.kind is LoopKind.EXTERNAL and o.index not in node.indices:
+            problem = "is not on the node's result, so it cannot open an External loop"
+        elif o.kind is LoopKind.CONTRACTED and o.index not in summed:
+            problem = "is not summed at the node, so it cannot open a Contracted loop"
+        if problem:
+            raise AnnotationError(
+                f"loop `{o}` at {rec.occ}, value `{expr_text(node)}` (result "
+                f"[{','.join(map(str, node.indices))}]): `{o.index}` {problem}. Fix the "
+                "annotation (or the plan) so each loop opens once, at a node that carries "
+                "(External) or sums (Contracted) its mode."
+            )
+        seen.add(o.index)
+    for ix in summed:
+        if ix in outer:
+            lp = outer[ix]
+            raise AnnotationError(
+                f"value `{expr_text(node)}` at {rec.occ} sums `{ix}` inside the loop over "
+                f"`{ix}` opened at {occs[loops.opener[lp]].occ} "
+                f"(`{expr_text(occs[loops.opener[lp]].node)}`): a summed label may not "
+                "shadow an enclosing loop's mode. Rename the dummy index."
+            )
+
+
+def _link(occs: list[Occ], loops: Loops) -> None:
+    """Per-occurrence loop bindings, touch tokens, forbids and nesting constraints."""
+    for k, rec in enumerate(occs):
+        by_mode = {loops.mode[lp]: lp for lp in rec.ectx}
+        own = {o.index: lp for o, lp in zip(rec.opens, rec.own_loops, strict=True)}
+        pos_loop, home = [], []
+        for p, ix in enumerate(rec.node.indices):
+            lp = by_mode.get(ix, -1)
+            if lp >= 0:
+                home.append(p)
+            elif ix in own and loops.kind[own[ix]] is LoopKind.EXTERNAL:
+                lp = own[ix]
+            pos_loop.append(lp)
+            if lp >= 0 and not rec.node.is_leaf:
+                loops.touch[lp][k] = p
+        rec.pos_loop, rec.home_pos = tuple(pos_loop), tuple(home)
+        rec.red = tuple(
+            (o.index, lp)
+            for o, lp in zip(rec.opens, rec.own_loops, strict=True)
+            if o.kind is LoopKind.CONTRACTED
+        )
+        for ix, lp in rec.red:
+            loops.touch[lp][k] = ("sum", ix)
+            if rec.parent >= 0:  # rule 2: never around the reader of this partial sum
+                reader = occs[rec.parent]
+                loops.forbid[lp].update(reader.ectx + reader.own_loops)
+        for a, b in nesting_pairs(rec, loops):
+            loops.require(a, b)
+
+
+def nesting_pairs(rec: Occ, loops: Loops) -> list[tuple[int, int]]:
+    """(outer, inner) loop pairs this occurrence requires.
+
+    An enclosing loop whose mode the node carries encloses the node's own loops and the
+    later enclosing loops of other openers (nesting as in the tree); the node's own
+    loops nest in the order they are listed. Two ``External`` loops impose no order,
+    except enclosing-over-own.
+
+    An enclosing loop whose mode the node does *not* carry requires nothing: no label
+    bound by an enclosing loop may be summed below it (:func:`_check_opens`), so the
+    whole subtree is then invariant to that loop and may run outside it (hoisting). A
+    pair it would add could nest a loop-invariant value inside a loop whose other values
+    read it from outside: a cycle the block order cannot break.
+    """
+    ext = LoopKind.EXTERNAL
+    carried = set(rec.node.indices)
+    pairs = []
+    for j, a in enumerate(rec.ectx):
+        if loops.mode[a] not in carried:
+            continue
+        for b in rec.ectx[j + 1 :]:
+            if loops.opener[a] != loops.opener[b] and not (
+                loops.kind[a] is ext and loops.kind[b] is ext
+            ):
+                pairs.append((a, b))
+        pairs += [(a, b) for b in rec.own_loops]
+    for j, a in enumerate(rec.own_loops):
+        pairs += [
+            (a, b)
+            for b in rec.own_loops[j + 1 :]
+            if not (loops.kind[a] is ext and loops.kind[b] is ext)
+        ]
+    return pairs
+
+
+_FOLD_WINDOW = 8
+"""How many preceding occurrences of a group each occurrence is also paired with."""
+
+
+def _fold(occs: list[Occ], loops: Loops) -> None:
+    """Try to fold the loops of occurrences that could be one value, in first-seen order.
+
+    Each occurrence of a group is tried with the first and with the ``_FOLD_WINDOW``
+    occurrences just before it, so two nearby occurrences fold even when neither may fold
+    with the first.
+
+    Repeated until no fold succeeds: a fold refused by rule 5 (its loops were enclosed by
+    different loops) may succeed once those enclosing loops are folded, which for an
+    enclosing loop opened higher in the tree happens in a later group.
+    """
+    groups: dict[tuple, list[int]] = {}
+    for k in sorted(range(len(occs)), key=lambda k: occs[k].point):
+        rec = occs[k]
+        if rec.node.is_leaf or not (rec.home_pos or rec.red or rec.own_loops):
+            continue
+        own_pos = tuple(p for p, lp in enumerate(rec.pos_loop) if lp >= 0 and p not in rec.home_pos)
+        spaces = tuple(sorted(ix.space for ix, _ in rec.red))
+        groups.setdefault((rec.node.key, rec.home_pos, own_pos, spaces), []).append(k)
+    # each member with the first, then with the few members just before it: a fold
+    # refused with the first (an occurrence enclosed by other loops, in another term) may
+    # be allowed between two later ones (the same subtree read twice in a row, e.g. a sum
+    # under two relabelings); a window, not every pair, keeps this linear in the members
+    pairs: list[tuple[int, int]] = []
+    nearby: list[tuple[int, int]] = []
+    for members in groups.values():
+        for n, k in enumerate(members[1:], start=1):
+            for k_rep in (members[0], *members[max(1, n - _FOLD_WINDOW) : n]):
+                rep, other = occs[k_rep], occs[k]
+                out = pairs if k_rep == members[0] else nearby
+                out += [(lp, other.pos_loop[p]) for p, lp in enumerate(rep.pos_loop) if lp >= 0]
+                out += [
+                    (a, b)
+                    for (_, a), (_, b) in zip(
+                        sorted(rep.red, key=lambda t: t[0].space),
+                        sorted(other.red, key=lambda t: t[0].space),
+                        strict=True,
+                    )
+                ]
+    seen = set(pairs)
+    pairs += [pair for pair in dict.fromkeys(nearby) if pair not in seen and pair[0] != pair[1]]
+    changed = True
+    while changed:  # every round that folds something shrinks the number of classes
+        changed = False
+        for a, b in pairs:
+            if loops.find(a) != loops.find(b) and loops.try_unite(a, b):
+                changed = True
+
+
+def _number(occs: list[Occ], loops: Loops) -> dict[int, LoopId]:
+    """Slot numbers per space, in first-seen order (positions first, then reductions)."""
+    ids: dict[int, LoopId] = {}
+    next_slot: dict[str, int] = {}
+    for rec in sorted(occs, key=lambda r: r.point):
+        for lp in [lp for lp in rec.pos_loop if lp >= 0] + [lp for _, lp in rec.red]:
+            r = loops.find(lp)
+            if r not in ids:
+                space = loops.mode[r].space
+                ids[r] = (space, next_slot.get(space, 0))
+                next_slot[space] = ids[r][1] + 1
+    return ids
+
+
+def identify_loops(ann: AnnotatedForest) -> tuple[list[Occ], Loops, dict[int, LoopId]]:
+    """Walk ``ann``, fold the loops of each value and number the loop instances.
+
+    Returns:
+        The occurrences in walk order, the union-find over physical loops, and the
+        instance ``(space, loop_slot)`` of every root loop that slices something.
+
+    Raises:
+        AnnotationError: a loop opens at a node that neither carries nor sums its mode,
+            opens twice, or a summed label shadows an enclosing loop's mode.
+
+    Example:
+        >>> from sq_jax.expr.spaces import Spaces
+        >>> from sq_jax.forest.nodes import Forest
+        >>> from sq_jax.plan import BatchPlan
+        >>> occs, loops, ids = identify_loops(AnnotatedForest(Forest((), Spaces()), BatchPlan()))
+        >>> occs, loops.parent, ids
+        ([], [], {})
+    """
+    occs, loops = _walk(ann)
+    _link(occs, loops)
+    _fold(occs, loops)
+    return occs, loops, _number(occs, loops)
