@@ -76,3 +76,21 @@ class MemoryBudgetError(PlanError):
 
 class PipelineOrderError(SqJaxError):
     """A pass was called on an IR value that has not reached the stage it needs."""
+
+
+class ConvergenceError(SqJaxError, RuntimeError):
+    """An iterative solve stopped without converging, and the caller asked it to raise.
+
+    Attributes:
+        iterations: iterations taken before it stopped.
+        residual_norm: ‖R‖ at the start of the last iteration (``nan`` with none).
+        result: the solver's unconverged result, for inspection (or ``None``).
+    """
+
+    def __init__(
+        self, message: str, *, iterations: int, residual_norm: float, result: object = None
+    ) -> None:
+        self.iterations = iterations
+        self.residual_norm = residual_norm
+        self.result = result
+        super().__init__(message)
