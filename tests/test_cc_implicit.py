@@ -152,3 +152,7 @@ def test_bad_inputs(ccd_cs):
         implicit_energy("not a run")
     with pytest.raises(InputError, match="diis_space"):
         implicit_energy(run, diis_space=0)
+    with pytest.raises(InputError, match=r"e_tol=nan: expected a positive finite number"):
+        implicit_energy(run, e_tol=float("nan"))
+    with pytest.raises(InputError, match=r"max_iter=-1: expected a whole number >= 0"):
+        implicit_energy(run, max_iter=-1)

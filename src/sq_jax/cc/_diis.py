@@ -25,17 +25,48 @@ import numpy as np
 
 from .._errors import InputError
 
-__all__ = ["DIIS"]
+__all__ = ["DIIS", "pulay_coefficients"]
+
+
+def pulay_coefficients(overlaps: Any, valid: Any, xp: Any = np) -> Any:
+    """Pulay's coefficients c: minimize ‖Σ c_i e_i‖ subject to Σ c_i = 1.
+
+    The overlap block is divided by its largest valid diagonal element, so the system's
+    conditioning does not depend on how small the errors have become, and solved by
+    least squares with ``rcond=1e-14``, so nearly dependent errors do not blow up c.
+    Slots with ``valid`` False (unused buffer rows of a fixed-size, traced DIIS) get
+    an identity row and a zero coefficient.
+
+    Args:
+        overlaps: the (n, n) matrix ⟨e_i|e_j⟩.
+        valid: (n,) booleans, the slots in use.
+        xp: ``numpy`` (on the host) or ``jax.numpy`` (traceable, e.g. in a while loop).
+
+    Returns:
+        The (n,) coefficients, zero in invalid slots.
+
+    Example:
+        >>> import numpy as np
+        >>> c = pulay_coefficients(np.diag([1.0, 4.0]), np.ones(2, bool))
+        >>> [round(float(v), 12) for v in c]
+        [0.8, 0.2]
+    """
+    n = overlaps.shape[0]
+    both = valid[:, None] & valid[None, :]
+    scale = xp.maximum(xp.max(xp.where(valid, xp.abs(xp.diag(overlaps)), 0.0)), 1e-300)
+    block = xp.where(both, overlaps / scale, xp.eye(n, dtype=overlaps.dtype))
+    border = -valid.astype(overlaps.dtype)
+    last_row = xp.concatenate([border, xp.zeros(1, overlaps.dtype)])
+    bordered = xp.concatenate([xp.concatenate([block, border[:, None]], axis=1), last_row[None]])
+    rhs = xp.concatenate([xp.zeros(n, overlaps.dtype), -xp.ones(1, overlaps.dtype)])
+    c = xp.linalg.lstsq(bordered, rhs, rcond=1e-14)[0][:n]
+    return xp.where(valid, c, 0.0)
 
 
 class DIIS:
     """The last ``space`` (vector, error) pairs and their Pulay extrapolation.
 
-    The extrapolation is Σ c_i v_i with the coefficients c that minimize ‖Σ c_i e_i‖
-    subject to Σ c_i = 1 (the bordered linear system of Pulay). The overlap block is
-    divided by its largest diagonal element first, so the system's conditioning does not
-    depend on how small the errors have become; it is solved by least squares with
-    ``rcond=1e-14``, so nearly linearly dependent errors do not blow up the coefficients.
+    The extrapolation is Σ c_i v_i with c from :func:`pulay_coefficients`.
 
     Args:
         space: how many pairs to keep (the oldest is dropped first); at least 1.
@@ -114,13 +145,7 @@ class DIIS:
         n = len(self._vectors)
         if n == 0:
             raise InputError("DIIS.extrapolate: no vectors stored; call push() first.")
-        bordered = np.zeros((n + 1, n + 1))
-        scale = max(float(np.max(np.abs(np.diag(self._overlaps)))), 1e-300)
-        bordered[:n, :n] = self._overlaps / scale
-        bordered[n, :n] = bordered[:n, n] = -1.0
-        rhs = np.zeros(n + 1)
-        rhs[n] = -1.0
-        coefficients = np.linalg.lstsq(bordered, rhs, rcond=1e-14)[0][:n]
+        coefficients = pulay_coefficients(self._overlaps, np.ones(n, dtype=bool))
         x = coefficients[0] * self._vectors[0]
         for c, v in zip(coefficients[1:], self._vectors[1:], strict=True):
             x = x + c * v

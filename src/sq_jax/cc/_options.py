@@ -50,6 +50,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         lambda v: v is None or (_is_real(v) and math.isfinite(v) and v >= 0),
         "None or a finite number >= 0",
     ),
+    "adjoint_tol": (_is_positive, "a positive finite number"),
 }
 
 

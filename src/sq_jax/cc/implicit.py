@@ -91,6 +91,8 @@ from .._errors import InputError
 from ..forest.inputs import input_specs
 from ..lower.aot import compiler_options
 from ..lower.program import Program
+from ._diis import pulay_coefficients
+from ._options import check_solver_options
 from .solvers import CCStatus, antisymmetrize
 
 __all__ = ["ImplicitEnergy", "ImplicitSolution", "converged_energy", "implicit_energy"]
@@ -191,9 +193,16 @@ class ImplicitEnergy:
         self._x0, self._unravel = ravel_pytree(
             {k: jnp.asarray(v, dtype=jnp.float64) for k, v in amplitudes.items()}
         )
+        check_solver_options(
+            max_iter=max_iter,
+            e_tol=e_tol,
+            t_tol=t_tol,
+            diis_space=diis_space,
+            gmres_restart=gmres_restart,
+            gmres_max_steps=gmres_max_steps,
+            adjoint_tol=adjoint_tol,
+        )
         self._e_tol, self._t_tol, self._max_iter = float(e_tol), float(t_tol), int(max_iter)
-        if int(diis_space) < 1:
-            raise InputError(f"diis_space must be at least 1; received {diis_space}.")
         self._diis_space = int(diis_space)
         self._restart, self._max_steps = int(gmres_restart), int(gmres_max_steps)
         self._adjoint_tol = float(adjoint_tol)
@@ -234,21 +243,9 @@ class ImplicitEnergy:
     def _solve(self, x0: jax.Array, fock: jax.Array, eri: jax.Array) -> tuple:
         m = self._precond(fock)  # −1/D: the Jacobi update is x + R/D = x − m·R
         space = self._diis_space
-        mask_dtype = x0.dtype
 
         def extrapolate(vecs, errs, n):
-            valid = jnp.arange(space) < n
-            both = valid[:, None] & valid[None, :]
-            b = errs @ errs.T
-            scale = jnp.maximum(jnp.max(jnp.where(valid, jnp.abs(jnp.diag(b)), 0.0)), 1e-300)
-            b = jnp.where(both, b / scale, jnp.eye(space, dtype=mask_dtype))
-            border = -valid.astype(mask_dtype)
-            a = jnp.zeros((space + 1, space + 1), mask_dtype)
-            a = a.at[:space, :space].set(b).at[space, :space].set(border)
-            a = a.at[:space, space].set(border)
-            rhs = jnp.zeros(space + 1, mask_dtype).at[space].set(-1.0)
-            c = jnp.linalg.lstsq(a, rhs, rcond=1e-14)[0][:space]
-            return jnp.where(valid, c, 0.0) @ vecs
+            return pulay_coefficients(errs @ errs.T, jnp.arange(space) < n, xp=jnp) @ vecs
 
         def cond(state):
             k, done, finite = state[3:6]
@@ -447,7 +444,8 @@ def implicit_energy(run: Any, **options: Any) -> ImplicitEnergy:
         An :class:`ImplicitEnergy`, ``energy(fock, eri) -> E_corr``.
 
     Raises:
-        InputError: ``run`` is not a finished CC run.
+        InputError: ``run`` is not a finished CC run, or an option has a value the
+            solve cannot use (a negative ``max_iter``, a NaN or non-positive tolerance).
 
     Example:
         ``implicit_energy(cc.ccsd())`` gives ``energy(fock, eri)`` (see the module
