@@ -87,7 +87,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from .._errors import InputError
+from .._errors import ConvergenceError, InputError
 from ..forest.inputs import input_specs
 from ..lower.aot import compiler_options
 from ..lower.program import Program
@@ -274,13 +274,6 @@ class ImplicitEnergy:
         )
         stopped = CCStatus.where(finite, CCStatus.MAX_ITERATIONS, CCStatus.NON_FINITE)
         status = CCStatus.where(done, CCStatus.CONVERGED, stopped)
-        if self._throw:
-            e = eqx.error_if(
-                e,
-                ~done,
-                f"ImplicitEnergy: the {self.method.upper()} forward solve did not converge "
-                "(raise max_iter, loosen e_tol/t_tol, or pass throw=False)",
-            )
         return x, e, status, k, rnorm
 
     # ---- backward: the adjoint (Λ) equations and ∂L/∂θ ----------------------------------
@@ -306,14 +299,9 @@ class ImplicitEnergy:
         )
         sol = lx.linear_solve(op, b, gmres, throw=False)
         lam = m * self._p(sol.value)
-        if self._throw:
-            lam = eqx.error_if(
-                lam,
-                sol.result != lx.RESULTS.successful,
-                "ImplicitEnergy: the adjoint (Λ) GMRES solve did not converge",
-            )
         _, dr_df, dr_dg = vjp(lam)  # λᵀ ∂R/∂θ
-        return lam, de_df + dr_df, de_dg + dr_dg
+        ok = sol.result == lx.RESULTS.successful
+        return lam, de_df + dr_df, de_dg + dr_dg, ok, sol.stats["num_steps"]
 
     def _run(self, stage: str, *args: jax.Array) -> Any:
         """Run ``solve`` or ``adjoint``: traced under ``jit``, else compiled ahead of time.
@@ -325,12 +313,62 @@ class ImplicitEnergy:
         """
         fn = self._jitted[stage]
         if any(isinstance(a, jax.core.Tracer) for a in args):
-            return fn(*args)
+            return self._guard(stage, fn(*args))
         key = (stage, *((a.shape, a.dtype, getattr(a, "weak_type", False)) for a in args))
         executable = self._executables.get(key)
         if executable is None:
             executable = self._executables[key] = fn.lower(*args).compile(compiler_options())
-        return executable(*args)
+        return self._guard(stage, executable(*args))
+
+    def _guard(self, stage: str, out: tuple) -> tuple:
+        """With ``throw``, fail on an unconverged stage.
+
+        Concrete results raise :class:`~sq_jax.ConvergenceError`; traced ones get
+        ``eqx.error_if`` on every array the caller may use (an error attached to one
+        unused output would be dropped).
+        """
+        if not self._throw:
+            return out
+        if stage == "solve":
+            ok, count, rnorm, guarded = out[2] == CCStatus.CONVERGED, out[3], out[4], 2
+            what, unit = f"the {self.method.upper()} forward solve", "iterations"
+            hint = "raise max_iter, loosen e_tol/t_tol, or pass throw=False"
+        else:
+            ok, count, rnorm, guarded = out[3], out[4], jnp.nan, 3
+            what, unit = "the adjoint (Λ) GMRES solve", "restart cycles"
+            hint = "raise gmres_max_steps or adjoint_tol, or pass throw=False"
+        if isinstance(ok, jax.core.Tracer):
+            message = f"ImplicitEnergy: {what} did not converge ({hint})"
+            return (*eqx.error_if(out[:guarded], ~ok, message), *out[guarded:])
+        if not bool(ok):
+            raise ConvergenceError(
+                f"ImplicitEnergy: {what} did not converge after {int(count)} {unit} (last "
+                f"residual norm ‖R‖ = {float(rnorm):.3g}); {hint}.",
+                iterations=int(count),
+                residual_norm=float(rnorm),
+            )
+        return out
+        if stage == "solve":
+            ok, count, rnorm = out[2] == CCStatus.CONVERGED, out[3], out[4]
+            what = f"the {self.method.upper()} forward solve did not converge after {{}} iterations"
+            hint = "raise max_iter, loosen e_tol/t_tol, or pass throw=False"
+            guarded = 2
+        else:
+            ok, count, rnorm = out[3], out[4], jnp.nan
+            what = "the adjoint (Λ) GMRES solve did not converge after {} restart cycles"
+            hint = "raise gmres_max_steps or adjoint_tol, or pass throw=False"
+            guarded = 3
+        if isinstance(ok, jax.core.Tracer):
+            message = f"ImplicitEnergy: {what.format('its')} ({hint})"
+            return (*eqx.error_if(out[:guarded], ~ok, message), *out[guarded:])
+        if not bool(ok):
+            raise ConvergenceError(
+                f"ImplicitEnergy: {what.format(int(count))} (last residual norm "
+                f"‖R‖ = {float(rnorm):.3g}); {hint}.",
+                iterations=int(count),
+                residual_norm=float(rnorm),
+            )
+        return out
 
     # ---- the differentiable energy -----------------------------------------------------
 
@@ -346,7 +384,7 @@ class ImplicitEnergy:
             fock, eri = primals
             dfock, deri = tangents
             x, e = self._run("solve", self._x0, fock, eri)[:2]
-            _, g_fock, g_eri = self._run("adjoint", x, fock, eri)
+            _, g_fock, g_eri = self._run("adjoint", x, fock, eri)[:3]
             return e, jnp.vdot(g_fock, dfock) + jnp.vdot(g_eri, deri)
 
         return energy
@@ -379,9 +417,9 @@ class ImplicitEnergy:
 
         Raises:
             InputError: integrals of the wrong shape or dtype.
-            jax.errors.JaxRuntimeError: with ``throw=True``, the forward or adjoint solve
-                did not converge (``equinox.EquinoxRuntimeError`` when traced under
-                ``jax.jit``); the message says which.
+            ConvergenceError: with ``throw=True``, the forward or adjoint solve did not
+                converge; the message says which, with the iteration count (under
+                ``jax.jit`` this surfaces as ``equinox.EquinoxRuntimeError`` instead).
         """
         return self._energy(*self._check(fock, eri))
 
@@ -424,7 +462,7 @@ class ImplicitEnergy:
         """
         fock, eri = self._check(fock, eri)
         x = self._run("solve", self._x0, fock, eri)[0]
-        return self._run("adjoint", x, fock, eri)[1:]
+        return self._run("adjoint", x, fock, eri)[1:3]
 
 
 def implicit_energy(run: Any, **options: Any) -> ImplicitEnergy:
@@ -438,7 +476,8 @@ def implicit_energy(run: Any, **options: Any) -> ImplicitEnergy:
             ``diis_space`` (6), ``gmres_restart`` (20) and ``gmres_max_steps`` (50) of
             the adjoint GMRES, ``adjoint_tol`` (1e-12,
             max-norm of the adjoint residual relative to that of ∂E/∂t) and ``throw``
-            (True: a failed forward or adjoint solve raises through ``eqx.error_if``).
+            (True: a failed forward or adjoint solve raises
+            :class:`~sq_jax.ConvergenceError`; through ``eqx.error_if`` under ``jit``).
 
     Returns:
         An :class:`ImplicitEnergy`, ``energy(fock, eri) -> E_corr``.
