@@ -91,11 +91,12 @@ def no_compile(monkeypatch):
     monkeypatch.setattr(drivers, "compile_program", refuse)
 
 
-@pytest.fixture(scope="module")
-def pyscf_modules():
+@pytest.fixture
+def pyscf_modules(monkeypatch):
     pytest.importorskip("pyscf", reason="PySCF is the optional `chem` extra")
     from pyscf import dft, gto, scf
 
+    monkeypatch.setattr(scf.hf, "MUTE_CHKFILE", True)  # no temporary chkfile to leak
     return gto, scf, dft
 
 

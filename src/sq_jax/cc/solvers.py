@@ -17,6 +17,11 @@ References:
     (2004) — Jacobian-free Newton–Krylov; S. C. Eisenstat and H. F. Walker, SIAM J. Sci.
     Comput. 17, 16 (1996) — forcing terms.
 
+Both solvers are one ``step`` function each, run by the shared outer iteration
+:func:`iterate` (history, stopping tests, non-finite check, :class:`CCResult`); DIIS is
+the reusable :class:`DIIS` object (``push`` / ``extrapolate``). Option values are checked
+by :func:`check_solver_options` before any work.
+
 Known limitations: the outer loops run in Python (one jitted call per iteration), so
 iteration counts and histories are concrete; DIIS vectors are kept on the device, the
 small DIIS matrix is solved on the host.
@@ -179,7 +184,9 @@ def solve_diis(
         >>> res.converged, [round(float(v), 6) for v in res.amplitudes["t"]]
         (True, [1.122449, 0.612245])
     """
-    check_solver_options(diis_space=diis_space, diis_start=diis_start)
+    check_solver_options(
+        max_iter=max_iter, e_tol=e_tol, t_tol=t_tol, diis_space=diis_space, diis_start=diis_start
+    )
     stop = StopCriteria(max_iter=max_iter, e_tol=e_tol, t_tol=t_tol)
     x0, unravel, d = _prepare(t0, denominators)
 
@@ -369,6 +376,9 @@ def solve_newton_krylov(
         ) from err
 
     check_solver_options(
+        max_iter=max_iter,
+        e_tol=e_tol,
+        t_tol=t_tol,
         forcing=forcing,
         gmres_restart=gmres_restart,
         gmres_max_steps=gmres_max_steps,
