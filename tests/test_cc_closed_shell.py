@@ -23,8 +23,8 @@ from sq_jax.cc.integrals import (
     spin_orbital_from_spatial,
 )
 from sq_jax.cc.solvers import solve_diis
-from tests import cc_oracle as so_oracle
-from tests import cc_oracle_cs as oracle
+from tests.helpers import cc_oracle as so_oracle
+from tests.helpers import cc_oracle_cs as oracle
 
 T1, T2 = "t{a;i}", "t{a,a;i,i}"
 H2O = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"

@@ -19,7 +19,7 @@ from sq_jax.cc.df import DFIntegrals, df_from_spatial, df_integrals
 from sq_jax.cc.equations import load_equations
 from sq_jax.cc.integrals import default_reference, default_spatial_system
 from sq_jax.cc.solvers import solve_diis
-from tests import cc_oracle_cs as oracle
+from tests.helpers import cc_oracle_cs as oracle
 
 T1, T2 = "t{a;i}", "t{a,a;i,i}"
 H2O = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"

@@ -18,7 +18,7 @@ from sq_jax import InputError
 from sq_jax.cc.equations import available, load_equations
 from sq_jax.cc.integrals import default_reference, default_system
 from sq_jax.cc.solvers import solve_diis
-from tests import cc_oracle as oracle
+from tests.helpers import cc_oracle as oracle
 
 T1, T2 = "t{a;i}", "t{a,a;i,i}"
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sq_jax import InputError, cc
+from sq_jax import ConvergenceError, InputError, cc
 from sq_jax.cc.implicit import ImplicitEnergy, converged_energy, implicit_energy
 from sq_jax.cc.integrals import default_reference, default_spatial_system, default_system
 from sq_jax.cc.solvers import CCStatus, antisymmetrize
@@ -136,9 +136,20 @@ def test_failures_are_values_or_raise(ccd_cs):
     run, f, g = ccd_cs
     stuck = implicit_energy(run, max_iter=1, throw=False).solve(f + 0.05 * jnp.eye(7), g)
     assert stuck.status == CCStatus.MAX_ITERATIONS and int(stuck.iterations) == 1
-    # eqx.error_if surfaces as JaxRuntimeError from the ahead-of-time executable.
-    with pytest.raises((eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError), match="converge"):
-        implicit_energy(run, max_iter=1)(f + 0.05 * jnp.eye(7), g)
+    stuck_energy = implicit_energy(run, max_iter=1)
+    with pytest.raises(ConvergenceError, match="CCD forward solve did not converge after 1 it"):
+        stuck_energy(f + 0.05 * jnp.eye(7), g)
+    with pytest.raises(ConvergenceError, match="forward solve") as err:
+        jax.grad(stuck_energy)(f + 0.05 * jnp.eye(7), g)
+    assert err.value.iterations == 1 and err.value.residual_norm > 0
+    # Traced under jax.jit, a failure can only surface through eqx.error_if (as
+    # JaxRuntimeError, or EquinoxRuntimeError under eqx.filter_jit).
+    runtime_errors = (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError)
+    with pytest.raises(runtime_errors, match="forward solve did not converge"):
+        jax.jit(stuck_energy)(f + 0.05 * jnp.eye(7), g)
+    short_gmres = implicit_energy(run, gmres_restart=1, gmres_max_steps=1)
+    with pytest.raises(ConvergenceError, match=r"adjoint .* did not converge after 1 restart"):
+        short_gmres.gradient(f, g)
     e = converged_energy(run, f, g)
     assert abs(float(e) - run.e_corr) < 1e-9
 
@@ -152,3 +163,7 @@ def test_bad_inputs(ccd_cs):
         implicit_energy("not a run")
     with pytest.raises(InputError, match="diis_space"):
         implicit_energy(run, diis_space=0)
+    with pytest.raises(InputError, match=r"e_tol=nan: expected a positive finite number"):
+        implicit_energy(run, e_tol=float("nan"))
+    with pytest.raises(InputError, match=r"max_iter=-1: expected a whole number >= 0"):
+        implicit_energy(run, max_iter=-1)

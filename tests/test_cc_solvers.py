@@ -13,16 +13,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sq_jax import InputError
+from sq_jax import ConvergenceError, InputError
 from sq_jax.cc.integrals import default_reference, default_system
 from sq_jax.cc.solvers import (
+    DIIS,
     CCResult,
     CCStatus,
     antisymmetrize,
     solve_diis,
     solve_newton_krylov,
 )
-from tests import cc_oracle as oracle
+from tests.helpers import cc_oracle as oracle
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +152,7 @@ def test_non_finite_residual_stops_with_status(system):
 
 
 def test_throw_raises_on_failure(system):
-    with pytest.raises(Exception, match="non-finite"):
+    with pytest.raises(ConvergenceError, match="non-finite") as err:
         solve_diis(
             lambda t: {k: v * jnp.inf for k, v in system["residual"](t).items()},
             system["energy"],
@@ -159,6 +160,69 @@ def test_throw_raises_on_failure(system):
             system["d"],
             throw=True,
         )
+    assert err.value.iterations == 1 and "after 1 iterations" in str(err.value)
+    assert bool(err.value.result.status == CCStatus.NON_FINITE)
+
+
+def test_throw_names_iterations_and_residual_norm(system):
+    with pytest.raises(ConvergenceError, match="CCSD solve did not converge after 3") as err:
+        solve_diis(
+            system["residual"], system["energy"], system["t0"], system["d"], max_iter=3, throw=True
+        )
+    last = err.value.result.history[-1]
+    assert err.value.residual_norm == last.residual_norm > 0
+    assert f"‖R‖ = {last.residual_norm:.3g}" in str(err.value)
+
+
+@pytest.mark.parametrize("solve", [solve_diis, solve_newton_krylov])
+def test_zero_iterations_return_the_start(system, solve):
+    res = solve(system["residual"], system["energy"], system["t0"], system["d"], max_iter=0)
+    assert res.iterations == 0 and res.history == () and not res.converged
+    assert bool(res.status == CCStatus.MAX_ITERATIONS)
+    ints = system["ints"]
+    e0 = oracle.ccsd_energy(ints.fock, ints.eri, *system["t0"].values(), ints.nocc)
+    assert abs(float(res.energy) - e0) < 1e-14
+    np.testing.assert_array_equal(res.amplitudes["t2"], system["t0"]["t2"])
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"max_iter": -1}, ["max_iter=-1", "whole number >= 0"]),
+        ({"e_tol": math.nan}, ["e_tol=nan", "positive finite"]),
+        ({"t_tol": math.nan, "e_tol": -1.0}, ["options:", "t_tol=nan", "e_tol=-1.0"]),
+        ({"diis_start": -2}, ["diis_start=-2"]),
+    ],
+)
+def test_bad_option_values_are_refused_before_any_work(system, options, words):
+    def never(t):
+        raise AssertionError("the residual was evaluated")
+
+    with pytest.raises(InputError) as err:
+        solve_diis(never, never, system["t0"], system["d"], **options)
+    assert all(w in str(err.value) for w in words), str(err.value)
+    with pytest.raises(InputError, match="gmres_restart=0"):
+        solve_newton_krylov(never, never, system["t0"], system["d"], gmres_restart=0)
+
+
+def test_diis_object_matches_the_textbook_pulay_solution():
+    """Σ c_i v_i with c from the unscaled bordered system, and only the last `space` kept."""
+    rng = np.random.default_rng(7)
+    vecs, errs = rng.standard_normal((5, 9)), 1e-3 * rng.standard_normal((5, 9))
+    diis = DIIS(space=3)
+    for v, e in zip(vecs, errs, strict=True):
+        diis.push(jnp.asarray(v), jnp.asarray(e))
+    kept_v, kept_e = vecs[-3:], errs[-3:]
+    b = -np.ones((4, 4))
+    b[3, 3] = 0.0
+    b[:3, :3] = kept_e @ kept_e.T
+    c = np.linalg.solve(b, np.array([0.0, 0.0, 0.0, -1.0]))[:3]
+    assert len(diis) == 3 and diis.can_extrapolate
+    np.testing.assert_allclose(diis.extrapolate(), c @ kept_v, rtol=1e-10, atol=1e-12)
+    with pytest.raises(InputError, match="space"):
+        DIIS(space=0)
+    with pytest.raises(InputError, match="push"):
+        DIIS(space=2).extrapolate()
 
 
 def test_max_iterations_status(system):

@@ -133,3 +133,21 @@ class MalformedScheduleError(ScheduleError):
 
 class InternalScheduleError(ScheduleError):
     """An internal invariant of the scheduler does not hold (a bug; please report it)."""
+
+
+class ConvergenceError(SqJaxError, RuntimeError):
+    """An iterative solve stopped without converging, and the caller asked it to raise.
+
+    Attributes:
+        iterations: iterations taken before it stopped.
+        residual_norm: ‖R‖ at the start of the last iteration (``nan`` with none).
+        result: the solver's unconverged result, for inspection (or ``None``).
+    """
+
+    def __init__(
+        self, message: str, *, iterations: int, residual_norm: float, result: object = None
+    ) -> None:
+        self.iterations = iterations
+        self.residual_norm = residual_norm
+        self.result = result
+        super().__init__(message)

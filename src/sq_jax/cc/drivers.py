@@ -15,10 +15,12 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 
 from .._errors import InputError
 from .._pipeline import compile as compile_program
@@ -34,7 +36,13 @@ from .integrals import (
     default_spatial_system,
     default_system,
 )
-from .solvers import CCResult, antisymmetrize, solve_diis, solve_newton_krylov
+from .solvers import (
+    CCResult,
+    antisymmetrize,
+    check_solver_options,
+    solve_diis,
+    solve_newton_krylov,
+)
 
 __all__ = ["CCRun", "ccd", "ccsd", "solve_cc"]
 
@@ -103,6 +111,80 @@ def _integrals(
     )
 
 
+# PySCF's CCSD option names that mean what ours mean (see solve_cc's docstring).
+PYSCF_OPTION_NAMES = {"conv_tol": "e_tol", "conv_tol_normt": "t_tol", "max_cycle": "max_iter"}
+_SOLVER_FUNCTIONS = {"diis": solve_diis, "newton": solve_newton_krylov}
+_SET_BY_DRIVER = frozenset({"method", "verbose", "project"})
+
+
+def _accepted_options(solver: str) -> list[str]:
+    """The solver's keyword options that a caller of :func:`solve_cc` may set."""
+    params = inspect.signature(_SOLVER_FUNCTIONS[solver]).parameters.values()
+    own = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.name not in _SET_BY_DRIVER]
+    return sorted(own)
+
+
+def _solver_options(solver: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Check solver options by name and value; map PySCF's names to ours.
+
+    Runs before integrals are built or anything is compiled, so a typo costs nothing.
+    """
+    if solver not in SOLVERS:
+        raise InputError(f"unknown solver {solver!r}; expected one of {', '.join(SOLVERS)}.")
+    options = dict(options)
+    frozen = options.pop("frozen", None)
+    if frozen is not None and not (np.ndim(frozen) == 0 and frozen == 0) and np.size(frozen):
+        raise InputError(
+            f"frozen={frozen!r}: frozen orbitals are not supported yet; sq_jax correlates "
+            "every electron. Drop `frozen` (or pass 0 / None) for an all-electron run."
+        )
+    accepted = _accepted_options(solver)
+    unknown = [k for k in options if k not in accepted and k not in PYSCF_OPTION_NAMES]
+    if unknown:
+        aliases = ", ".join(f"{k} (= {v})" for k, v in PYSCF_OPTION_NAMES.items())
+        raise InputError(
+            f"unknown option{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(k) for k in unknown)} for solver={solver!r}; accepted: "
+            f"{', '.join(accepted)}, and PySCF's names {aliases}, frozen (0 or None only)."
+        )
+    for pyscf_name, ours in PYSCF_OPTION_NAMES.items():
+        if pyscf_name in options:
+            if ours in options:
+                raise InputError(
+                    f"both {pyscf_name}= and {ours}= were given; they are the same option "
+                    f"(PySCF's name and ours): pass one."
+                )
+            options[ours] = options.pop(pyscf_name)
+    check_solver_options(**options)
+    return options
+
+
+def _check_reference(system: Any) -> None:
+    """Refuse references CC cannot use, in chemistry terms, before any work."""
+    if hasattr(system, "mo_coeff") and hasattr(system, "mol"):  # a PySCF mean-field object
+        electrons = int(getattr(system.mol, "nelectron", 2))
+        if hasattr(system, "xc"):
+            convert = " or `mf.to_hf().run()`" if hasattr(system, "to_hf") else ""
+            raise InputError(
+                f"coupled cluster needs a Hartree–Fock reference; received "
+                f"{type(system).__name__}, a Kohn–Sham DFT object (xc={system.xc!r}), "
+                f"whose orbitals would give a meaningless CC energy. Run Hartree–Fock: "
+                f"`scf.RHF(mol).run()`{convert}."
+            )
+    elif isinstance(system, SpinOrbitalIntegrals | SpatialIntegrals):
+        per_orbital = 2 if isinstance(system, SpatialIntegrals) else 1
+        electrons = per_orbital * system.nocc
+    else:
+        return
+    if electrons < 2:
+        raise InputError(
+            f"received {type(system).__name__} for a system of {electrons} electron"
+            f"{'s' if electrons != 1 else ''}: a one-electron system has no electron "
+            "correlation (Hartree–Fock is already exact in its basis); coupled cluster "
+            "needs at least 2 electrons."
+        )
+
+
 def _read_by(program: Program, arrays: Mapping[str, Any]) -> dict[str, Any]:
     """The entries of ``arrays`` that ``program`` reads (by label or block key)."""
     names = set()
@@ -142,23 +224,41 @@ def solve_cc(
             factors: PySCF's with ``auxbasis`` (default: the basis ``mf.density_fit()``
             picks), or the exact factorization of integrals given in memory.
         auxbasis: the auxiliary basis for ``df=True`` with a PySCF object.
-        **solver_options: passed to the solver (``max_iter``, ``e_tol``, ``t_tol`` …).
+        **solver_options: passed to the solver: ``max_iter``, ``e_tol``, ``t_tol``,
+            ``throw`` for both; ``diis_space``, ``diis_start``, ``jit`` for DIIS;
+            ``forcing``, ``gmres_restart``, ``gmres_max_steps``, ``gmres_atol`` for
+            Newton. PySCF's names are accepted where they mean the same:
+            ``conv_tol`` = ``e_tol`` (|ΔE| threshold), ``max_cycle`` = ``max_iter``, and
+            ``conv_tol_normt`` = ``t_tol``; the last is the 2-norm of the amplitude
+            change over the amplitudes as stored (full T2), PySCF's over the unique
+            ones, so ours is 1–2× (spin-orbital) or 1–√2× (closed-shell) PySCF's and
+            the same number is at least as strict. ``frozen`` may only be 0 or
+            ``None`` (all electrons are correlated). ``max_iter=0`` returns the MP2
+            starting amplitudes and their energy, not converged. Every option is
+            checked, by name and value, before integrals are built or anything is
+            compiled.
 
     Returns:
         A :class:`CCRun`.
 
     Raises:
-        InputError: an unknown method, solver or system, or mismatched integrals.
+        InputError: an unknown method, solver, option or system; a bad option value
+            (negative ``max_iter``, NaN or non-positive tolerance, ...); mismatched
+            integrals; a Kohn–Sham (DFT) reference instead of Hartree–Fock; fewer than
+            two electrons; ``frozen`` orbitals.
+        ConvergenceError: with ``throw=True``, when the solve does not converge.
 
     Example:
         >>> run = solve_cc(method="ccd")
         >>> run.result.converged, run.result.iterations > 3
         (True, True)
+        >>> solve_cc(method="ccd", max_cycle=0).result.iterations  # PySCF's name
+        0
     """
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}.")
-    if solver not in SOLVERS:
-        raise InputError(f"unknown solver {solver!r}; expected one of {', '.join(SOLVERS)}.")
+    solver_options = _solver_options(solver, solver_options)
+    _check_reference(system)
     name = f"{method}_{'cs' if closed_shell else 'so'}{'_df' if df else ''}"
     if name not in available():
         raise InputError(

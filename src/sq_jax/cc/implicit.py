@@ -87,10 +87,12 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from .._errors import InputError
+from .._errors import ConvergenceError, InputError
 from ..forest.inputs import input_specs
 from ..lower.aot import compiler_options
 from ..lower.program import Program
+from ._diis import pulay_coefficients
+from ._options import check_solver_options
 from .solvers import CCStatus, antisymmetrize
 
 __all__ = ["ImplicitEnergy", "ImplicitSolution", "converged_energy", "implicit_energy"]
@@ -196,9 +198,16 @@ class ImplicitEnergy:
         self._x0, self._unravel = ravel_pytree(
             {k: jnp.asarray(v, dtype=jnp.float64) for k, v in amplitudes.items()}
         )
+        check_solver_options(
+            max_iter=max_iter,
+            e_tol=e_tol,
+            t_tol=t_tol,
+            diis_space=diis_space,
+            gmres_restart=gmres_restart,
+            gmres_max_steps=gmres_max_steps,
+            adjoint_tol=adjoint_tol,
+        )
         self._e_tol, self._t_tol, self._max_iter = float(e_tol), float(t_tol), int(max_iter)
-        if int(diis_space) < 1:
-            raise InputError(f"diis_space must be at least 1; received {diis_space}.")
         self._diis_space = int(diis_space)
         self._restart, self._max_steps = int(gmres_restart), int(gmres_max_steps)
         self._adjoint_tol = float(adjoint_tol)
@@ -239,21 +248,9 @@ class ImplicitEnergy:
     def _solve(self, x0: jax.Array, fock: jax.Array, eri: jax.Array) -> tuple:
         m = self._precond(fock)  # −1/D: the Jacobi update is x + R/D = x − m·R
         space = self._diis_space
-        mask_dtype = x0.dtype
 
         def extrapolate(vecs, errs, n):
-            valid = jnp.arange(space) < n
-            both = valid[:, None] & valid[None, :]
-            b = errs @ errs.T
-            scale = jnp.maximum(jnp.max(jnp.where(valid, jnp.abs(jnp.diag(b)), 0.0)), 1e-300)
-            b = jnp.where(both, b / scale, jnp.eye(space, dtype=mask_dtype))
-            border = -valid.astype(mask_dtype)
-            a = jnp.zeros((space + 1, space + 1), mask_dtype)
-            a = a.at[:space, :space].set(b).at[space, :space].set(border)
-            a = a.at[:space, space].set(border)
-            rhs = jnp.zeros(space + 1, mask_dtype).at[space].set(-1.0)
-            c = jnp.linalg.lstsq(a, rhs, rcond=1e-14)[0][:space]
-            return jnp.where(valid, c, 0.0) @ vecs
+            return pulay_coefficients(errs @ errs.T, jnp.arange(space) < n, xp=jnp) @ vecs
 
         def cond(state):
             k, done, finite = state[3:6]
@@ -282,13 +279,6 @@ class ImplicitEnergy:
         )
         stopped = CCStatus.where(finite, CCStatus.MAX_ITERATIONS, CCStatus.NON_FINITE)
         status = CCStatus.where(done, CCStatus.CONVERGED, stopped)
-        if self._throw:
-            e = eqx.error_if(
-                e,
-                ~done,
-                f"ImplicitEnergy: the {self.method.upper()} forward solve did not converge "
-                "(raise max_iter, loosen e_tol/t_tol, or pass throw=False)",
-            )
         return x, e, status, k, rnorm
 
     # ---- backward: the adjoint (Λ) equations and ∂L/∂θ ----------------------------------
@@ -314,14 +304,9 @@ class ImplicitEnergy:
         )
         sol = lx.linear_solve(op, b, gmres, throw=False)
         lam = m * self._p(sol.value)
-        if self._throw:
-            lam = eqx.error_if(
-                lam,
-                sol.result != lx.RESULTS.successful,
-                "ImplicitEnergy: the adjoint (Λ) GMRES solve did not converge",
-            )
         _, dr_df, dr_dg = vjp(lam)  # λᵀ ∂R/∂θ
-        return lam, de_df + dr_df, de_dg + dr_dg
+        ok = sol.result == lx.RESULTS.successful
+        return lam, de_df + dr_df, de_dg + dr_dg, ok, sol.stats["num_steps"]
 
     def _run(self, stage: str, *args: jax.Array) -> Any:
         """Run ``solve`` or ``adjoint``: traced under ``jit``, else compiled ahead of time.
@@ -333,12 +318,62 @@ class ImplicitEnergy:
         """
         fn = self._jitted[stage]
         if any(isinstance(a, jax.core.Tracer) for a in args):
-            return fn(*args)
+            return self._guard(stage, fn(*args))
         key = (stage, *((a.shape, a.dtype, getattr(a, "weak_type", False)) for a in args))
         executable = self._executables.get(key)
         if executable is None:
             executable = self._executables[key] = fn.lower(*args).compile(compiler_options())
-        return executable(*args)
+        return self._guard(stage, executable(*args))
+
+    def _guard(self, stage: str, out: tuple) -> tuple:
+        """With ``throw``, fail on an unconverged stage.
+
+        Concrete results raise :class:`~sq_jax.ConvergenceError`; traced ones get
+        ``eqx.error_if`` on every array the caller may use (an error attached to one
+        unused output would be dropped).
+        """
+        if not self._throw:
+            return out
+        if stage == "solve":
+            ok, count, rnorm, guarded = out[2] == CCStatus.CONVERGED, out[3], out[4], 2
+            what, unit = f"the {self.method.upper()} forward solve", "iterations"
+            hint = "raise max_iter, loosen e_tol/t_tol, or pass throw=False"
+        else:
+            ok, count, rnorm, guarded = out[3], out[4], jnp.nan, 3
+            what, unit = "the adjoint (Λ) GMRES solve", "restart cycles"
+            hint = "raise gmres_max_steps or adjoint_tol, or pass throw=False"
+        if isinstance(ok, jax.core.Tracer):
+            message = f"ImplicitEnergy: {what} did not converge ({hint})"
+            return (*eqx.error_if(out[:guarded], ~ok, message), *out[guarded:])
+        if not bool(ok):
+            raise ConvergenceError(
+                f"ImplicitEnergy: {what} did not converge after {int(count)} {unit} (last "
+                f"residual norm ‖R‖ = {float(rnorm):.3g}); {hint}.",
+                iterations=int(count),
+                residual_norm=float(rnorm),
+            )
+        return out
+        if stage == "solve":
+            ok, count, rnorm = out[2] == CCStatus.CONVERGED, out[3], out[4]
+            what = f"the {self.method.upper()} forward solve did not converge after {{}} iterations"
+            hint = "raise max_iter, loosen e_tol/t_tol, or pass throw=False"
+            guarded = 2
+        else:
+            ok, count, rnorm = out[3], out[4], jnp.nan
+            what = "the adjoint (Λ) GMRES solve did not converge after {} restart cycles"
+            hint = "raise gmres_max_steps or adjoint_tol, or pass throw=False"
+            guarded = 3
+        if isinstance(ok, jax.core.Tracer):
+            message = f"ImplicitEnergy: {what.format('its')} ({hint})"
+            return (*eqx.error_if(out[:guarded], ~ok, message), *out[guarded:])
+        if not bool(ok):
+            raise ConvergenceError(
+                f"ImplicitEnergy: {what.format(int(count))} (last residual norm "
+                f"‖R‖ = {float(rnorm):.3g}); {hint}.",
+                iterations=int(count),
+                residual_norm=float(rnorm),
+            )
+        return out
 
     # ---- the differentiable energy -----------------------------------------------------
 
@@ -354,7 +389,7 @@ class ImplicitEnergy:
             fock, eri = primals
             dfock, deri = tangents
             x, e = self._run("solve", self._x0, fock, eri)[:2]
-            _, g_fock, g_eri = self._run("adjoint", x, fock, eri)
+            _, g_fock, g_eri = self._run("adjoint", x, fock, eri)[:3]
             return e, jnp.vdot(g_fock, dfock) + jnp.vdot(g_eri, deri)
 
         return energy
@@ -387,9 +422,9 @@ class ImplicitEnergy:
 
         Raises:
             InputError: integrals of the wrong shape or dtype.
-            jax.errors.JaxRuntimeError: with ``throw=True``, the forward or adjoint solve
-                did not converge (``equinox.EquinoxRuntimeError`` when traced under
-                ``jax.jit``); the message says which.
+            ConvergenceError: with ``throw=True``, the forward or adjoint solve did not
+                converge; the message says which, with the iteration count (under
+                ``jax.jit`` this surfaces as ``equinox.EquinoxRuntimeError`` instead).
         """
         return self._energy(*self._check(fock, eri))
 
@@ -432,7 +467,7 @@ class ImplicitEnergy:
         """
         fock, eri = self._check(fock, eri)
         x = self._run("solve", self._x0, fock, eri)[0]
-        return self._run("adjoint", x, fock, eri)[1:]
+        return self._run("adjoint", x, fock, eri)[1:3]
 
 
 def implicit_energy(run: Any, **options: Any) -> ImplicitEnergy:
@@ -446,13 +481,15 @@ def implicit_energy(run: Any, **options: Any) -> ImplicitEnergy:
             ``diis_space`` (6), ``gmres_restart`` (20) and ``gmres_max_steps`` (50) of
             the adjoint GMRES, ``adjoint_tol`` (1e-12,
             max-norm of the adjoint residual relative to that of ∂E/∂t) and ``throw``
-            (True: a failed forward or adjoint solve raises through ``eqx.error_if``).
+            (True: a failed forward or adjoint solve raises
+            :class:`~sq_jax.ConvergenceError`; through ``eqx.error_if`` under ``jit``).
 
     Returns:
         An :class:`ImplicitEnergy`, ``energy(fock, eri) -> E_corr``.
 
     Raises:
-        InputError: ``run`` is not a finished CC run.
+        InputError: ``run`` is not a finished CC run, or an option has a value the
+            solve cannot use (a negative ``max_iter``, a NaN or non-positive tolerance).
 
     Example:
         ``implicit_energy(cc.ccsd())`` gives ``energy(fock, eri)`` (see the module

@@ -17,6 +17,11 @@ References:
     (2004) — Jacobian-free Newton–Krylov; S. C. Eisenstat and H. F. Walker, SIAM J. Sci.
     Comput. 17, 16 (1996) — forcing terms.
 
+Both solvers are one ``step`` function each, run by the shared outer iteration
+:func:`iterate` (history, stopping tests, non-finite check, :class:`CCResult`); DIIS is
+the reusable :class:`DIIS` object (``push`` / ``extrapolate``). Option values are checked
+by :func:`check_solver_options` before any work.
+
 Known limitations: the outer loops run in Python (one jitted call per iteration), so
 iteration counts and histories are concrete; DIIS vectors are kept on the device, the
 small DIIS matrix is solved on the host.
@@ -37,14 +42,10 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import math
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -52,101 +53,36 @@ from jax.flatten_util import ravel_pytree
 
 from .._errors import InputError
 from ..lower.aot import AotJit
+from ._diis import DIIS
+from ._iterate import (
+    CCIteration,
+    CCResult,
+    CCStatus,
+    CCTimings,
+    Reporting,
+    Step,
+    StopCriteria,
+    iterate,
+)
+from ._options import check_solver_options
 
 __all__ = [
+    "DIIS",
     "CCIteration",
     "CCResult",
     "CCStatus",
     "CCTimings",
+    "Reporting",
+    "Step",
+    "StopCriteria",
     "antisymmetrize",
+    "check_solver_options",
+    "iterate",
     "solve_diis",
     "solve_newton_krylov",
 ]
 
 Amplitudes = Mapping[str, Any]
-
-
-class CCStatus(eqx.Enumeration):
-    """Why an amplitude solve stopped.
-
-    Example:
-        >>> CCStatus[CCStatus.NON_FINITE]
-        'the energy or the residual became non-finite (NaN or inf)'
-    """
-
-    CONVERGED = "converged"
-    MAX_ITERATIONS = (
-        "the iteration limit was reached before |ΔE| < e_tol and ‖Δt‖ < t_tol; raise "
-        "`max_iter`, loosen the thresholds, or check the starting amplitudes"
-    )
-    NON_FINITE = "the energy or the residual became non-finite (NaN or inf)"
-
-
-@dataclasses.dataclass(frozen=True)
-class CCIteration:
-    """One iteration of a solve.
-
-    Attributes:
-        iteration: 1-based iteration (cycle) number.
-        energy: the energy after this iteration's update.
-        delta_energy: change of the energy in this iteration.
-        amplitude_change: ‖t_new − t_old‖ (2-norm over all amplitudes, before DIIS
-            extrapolation for :func:`solve_diis`, the Newton step for Newton–Krylov).
-        residual_norm: ‖R‖ at the amplitudes this iteration started from.
-        linear_steps: GMRES restart cycles of a Newton iteration (lineax's ``num_steps``;
-            each costs up to ``gmres_restart`` Jacobian-vector products); 0 for DIIS.
-        seconds: wall time of the iteration (the first includes compilation).
-    """
-
-    iteration: int
-    energy: float
-    delta_energy: float
-    amplitude_change: float
-    residual_norm: float
-    linear_steps: int
-    seconds: float
-
-
-@dataclasses.dataclass(frozen=True)
-class CCTimings:
-    """Wall-clock times of a solve, in seconds.
-
-    Attributes:
-        total: the whole solve.
-        first_iteration: the first iteration, which includes tracing and compilation.
-        per_iteration: the mean of the later iterations (``nan`` with only one).
-    """
-
-    total: float
-    first_iteration: float
-    per_iteration: float
-
-
-class CCResult(eqx.Module):
-    """The outcome of an amplitude solve.
-
-    Attributes:
-        energy: the final energy (a 0-d array).
-        amplitudes: the final amplitudes, same keys and shapes as the start.
-        status: a :class:`CCStatus` item (``CCStatus[result.status]`` is its message).
-        converged: whether ``status`` is ``CONVERGED``.
-        iterations: iterations (residual evaluations for DIIS, Newton steps otherwise).
-        history: one :class:`CCIteration` per iteration.
-        timings: :class:`CCTimings`.
-    """
-
-    energy: jax.Array
-    amplitudes: dict[str, jax.Array]
-    status: Any
-    converged: bool = eqx.field(static=True)
-    iterations: int = eqx.field(static=True)
-    history: tuple[CCIteration, ...] = eqx.field(static=True)
-    timings: CCTimings = eqx.field(static=True)
-
-    @property
-    def message(self) -> str:
-        """The human-readable status message."""
-        return CCStatus[self.status]
 
 
 def _prepare(t0: Amplitudes, denominators: Amplitudes) -> tuple[jax.Array, Callable, jax.Array]:
@@ -183,53 +119,6 @@ def _prepare(t0: Amplitudes, denominators: Amplitudes) -> tuple[jax.Array, Calla
     return x0, unravel, d
 
 
-def _finish(x, energy, unravel, status, iterations, history, t_start, throw, method) -> CCResult:
-    total = time.perf_counter() - t_start
-    secs = [h.seconds for h in history]
-    timings = CCTimings(
-        total=total,
-        first_iteration=secs[0] if secs else 0.0,
-        per_iteration=float(np.mean(secs[1:])) if len(secs) > 1 else math.nan,
-    )
-    converged = status is CCStatus.CONVERGED
-    energy = jnp.asarray(energy)
-    if throw and not converged:
-        energy = eqx.error_if(energy, True, f"{method} solve failed: {CCStatus[status]}")
-    return CCResult(
-        energy=energy,
-        amplitudes=unravel(x),
-        status=status,
-        converged=converged,
-        iterations=iterations,
-        history=tuple(history),
-        timings=timings,
-    )
-
-
-def _log(verbose: bool, method: str, it: CCIteration, extra: str = "") -> None:
-    if verbose:
-        print(
-            f"cycle = {it.iteration}  E_corr({method}) = {it.energy:.15g}  "
-            f"dE = {it.delta_energy:.9g}  norm(t1,t2) = {it.amplitude_change:.6g}{extra}",
-            flush=True,
-        )
-
-
-def _diis_extrapolate(vecs: list, errs: list, overlaps: np.ndarray) -> jax.Array:
-    n = len(vecs)
-    b = np.zeros((n + 1, n + 1))
-    scale = max(float(np.max(np.abs(np.diag(overlaps)))), 1e-300)
-    b[:n, :n] = overlaps / scale
-    b[n, :n] = b[:n, n] = -1.0
-    rhs = np.zeros(n + 1)
-    rhs[n] = -1.0
-    c = np.linalg.lstsq(b, rhs, rcond=1e-14)[0][:n]
-    x = c[0] * vecs[0]
-    for ci, vi in zip(c[1:], vecs[1:], strict=True):
-        x = x + ci * vi
-    return x
-
-
 def solve_diis(
     residual_fn: Callable[[dict[str, jax.Array]], Mapping[str, jax.Array]],
     energy_fn: Callable[[dict[str, jax.Array]], jax.Array],
@@ -260,23 +149,28 @@ def solve_diis(
         t0: starting amplitudes, e.g. MP2 amplitudes.
         denominators: D with ``t ← t + R / D`` the Jacobi update (D1 = f_ii − f_aa
             etc.), same keys and shapes as ``t0``.
-        max_iter: iteration limit.
-        e_tol: energy-change threshold.
-        t_tol: amplitude-change threshold (2-norm over all amplitudes).
+        max_iter: iteration limit; 0 returns the starting amplitudes and their energy,
+            not converged (status ``MAX_ITERATIONS``, no iterations).
+        e_tol: energy-change threshold (PySCF's ``conv_tol``).
+        t_tol: amplitude-change threshold (2-norm over all stored amplitudes; PySCF's
+            ``conv_tol_normt``, see :func:`~sq_jax.cc.solve_cc` for the comparison).
         diis_space: number of stored vectors (1 turns DIIS off).
         diis_start: iterations of plain Jacobi before DIIS starts.
         jit: ``jax.jit`` the residual and energy functions (they must be traceable).
         method: the name printed in progress lines.
         verbose: print one PySCF-style line per iteration.
-        throw: raise (through ``eqx.error_if``) when the solve does not converge,
-            instead of returning a result with a failure status.
+        throw: raise :class:`~sq_jax.ConvergenceError` when the solve does not
+            converge, instead of returning a result with a failure status.
 
     Returns:
         A :class:`CCResult`.
 
     Raises:
-        InputError: if amplitudes and denominators do not match, or a denominator is
-            zero or non-finite.
+        InputError: if amplitudes and denominators do not match, a denominator is
+            zero or non-finite, or an option has a value the solver cannot use
+            (a negative ``max_iter``, a NaN or non-positive tolerance, ...).
+        ConvergenceError: with ``throw=True``, when the solve does not converge; it
+            names the iteration count and the last residual norm.
 
     Example:
         >>> import jax.numpy as jnp
@@ -290,8 +184,11 @@ def solve_diis(
         >>> res.converged, [round(float(v), 6) for v in res.amplitudes["t"]]
         (True, [1.122449, 0.612245])
     """
-    t_start = time.perf_counter()
-    x, unravel, d = _prepare(t0, denominators)
+    check_solver_options(
+        max_iter=max_iter, e_tol=e_tol, t_tol=t_tol, diis_space=diis_space, diis_start=diis_start
+    )
+    stop = StopCriteria(max_iter=max_iter, e_tol=e_tol, t_tol=t_tol)
+    x0, unravel, d = _prepare(t0, denominators)
 
     def update(xv):
         t = unravel(xv)
@@ -305,50 +202,21 @@ def solve_diis(
 
     if jit:
         update, energy = AotJit(update), AotJit(energy)
-    e_old = float(energy(x))
-    vecs: list = []
-    errs: list = []
-    overlaps = np.zeros((0, 0))
-    history: list[CCIteration] = []
-    status = CCStatus.MAX_ITERATIONS
-    for k in range(1, max_iter + 1):
-        t_it = time.perf_counter()
+    diis = DIIS(diis_space)
+
+    def step(x: jax.Array, previous: CCIteration | None) -> Step:
         x_new, rnorm = update(x)
         err = x_new - x
         normt = float(jnp.linalg.norm(err))
+        k = 1 if previous is None else previous.iteration + 1
         if k > diis_start and diis_space > 1:
-            if len(vecs) == diis_space:
-                vecs, errs, overlaps = vecs[1:], errs[1:], overlaps[1:, 1:]
-            row = np.array([float(jnp.vdot(e, err)) for e in errs] + [normt**2])
-            vecs, errs = [*vecs, x_new], [*errs, err]
-            n = len(errs)
-            grown = np.zeros((n, n))
-            grown[: n - 1, : n - 1] = overlaps
-            grown[n - 1, :] = grown[:, n - 1] = row
-            overlaps = grown
-            if n > 1 and np.all(np.isfinite(overlaps)):
-                x_new = _diis_extrapolate(vecs, errs, overlaps)
-        e_new = float(energy(x_new))
-        it = CCIteration(
-            iteration=k,
-            energy=e_new,
-            delta_energy=e_new - e_old,
-            amplitude_change=normt,
-            residual_norm=float(rnorm),
-            linear_steps=0,
-            seconds=time.perf_counter() - t_it,
-        )
-        history.append(it)
-        _log(verbose, method, it)
-        x = x_new
-        if not (math.isfinite(e_new) and math.isfinite(normt)):
-            status = CCStatus.NON_FINITE
-            break
-        if abs(e_new - e_old) < e_tol and normt < t_tol:
-            status = CCStatus.CONVERGED
-            break
-        e_old = e_new
-    return _finish(x, e_new, unravel, status, len(history), history, t_start, throw, method)
+            diis.push(x_new, err)
+            if diis.can_extrapolate:
+                x_new = diis.extrapolate()
+        return Step(x_new, normt, float(rnorm))
+
+    report = Reporting(method=method, verbose=verbose, throw=throw)
+    return iterate(step, energy, x0, unravel, stop=stop, report=report)
 
 
 def antisymmetrize(amplitudes: Mapping[str, Any]) -> dict[str, jax.Array]:
@@ -458,7 +326,7 @@ def solve_newton_krylov(
         t0: starting amplitudes, e.g. MP2 amplitudes.
         denominators: D with ``t ← t + R / D`` the Jacobi update (D1 = f_ii − f_aa
             etc.), same keys and shapes as ``t0``.
-        max_iter: limit on Newton (outer) iterations.
+        max_iter: limit on Newton (outer) iterations (0: the starting point).
         e_tol: energy-change threshold.
         t_tol: step-norm threshold (2-norm over all amplitudes).
         forcing: largest GMRES relative tolerance.
@@ -474,14 +342,18 @@ def solve_newton_krylov(
             Jacobian there. ``None``: every component is independent.
         method: the name printed in progress lines.
         verbose: print one PySCF-style line per Newton iteration.
-        throw: raise (through ``eqx.error_if``) when the solve does not converge.
+        throw: raise :class:`~sq_jax.ConvergenceError` when the solve does not
+            converge.
 
     Returns:
         A :class:`CCResult`; ``history[k].linear_steps`` holds the GMRES restart cycles.
 
     Raises:
-        InputError: if amplitudes and denominators do not match, or a denominator is
-            zero or non-finite.
+        InputError: if amplitudes and denominators do not match, a denominator is
+            zero or non-finite, or an option has a value the solver cannot use
+            (a negative ``max_iter``, a NaN or non-positive tolerance, ...).
+        ConvergenceError: with ``throw=True``, when the solve does not converge; it
+            names the iteration count and the last residual norm.
 
     Example:
         >>> import jax.numpy as jnp
@@ -503,8 +375,17 @@ def solve_newton_krylov(
             "`pip install lineax`."
         ) from err
 
-    t_start = time.perf_counter()
-    x, unravel, d = _prepare(t0, denominators)
+    check_solver_options(
+        max_iter=max_iter,
+        e_tol=e_tol,
+        t_tol=t_tol,
+        forcing=forcing,
+        gmres_restart=gmres_restart,
+        gmres_max_steps=gmres_max_steps,
+        gmres_atol=gmres_atol,
+    )
+    stop = StopCriteria(max_iter=max_iter, e_tol=e_tol, t_tol=t_tol)
+    x0, unravel, d = _prepare(t0, denominators)
     precond = -1.0 / d
     atol = 1e-3 * t_tol if gmres_atol is None else gmres_atol
 
@@ -541,37 +422,11 @@ def solve_newton_krylov(
         step = precond * flat_project(sol.value)
         return step, jnp.linalg.norm(r), sol.stats["num_steps"]
 
+    def step(x: jax.Array, previous: CCIteration | None) -> Step:
+        rtol = forcing if previous is None else min(forcing, previous.residual_norm)
+        dx, rnorm, nsteps = newton_step(x, jnp.asarray(rtol))
+        return Step(x + dx, float(jnp.linalg.norm(dx)), float(rnorm), int(nsteps))
+
     energy = AotJit(lambda xv: energy_fn(unravel(xv)))
-    e_old = float(energy(x))
-    history: list[CCIteration] = []
-    status = CCStatus.MAX_ITERATIONS
-    rnorm_prev = None
-    e_new = e_old
-    for k in range(1, max_iter + 1):
-        t_it = time.perf_counter()
-        rtol = forcing if rnorm_prev is None else min(forcing, rnorm_prev)
-        step, rnorm, nsteps = newton_step(x, jnp.asarray(rtol))
-        rnorm = float(rnorm)
-        rnorm_prev = rnorm
-        normt = float(jnp.linalg.norm(step))
-        x = x + step
-        e_new = float(energy(x))
-        it = CCIteration(
-            iteration=k,
-            energy=e_new,
-            delta_energy=e_new - e_old,
-            amplitude_change=normt,
-            residual_norm=rnorm,
-            linear_steps=int(nsteps),
-            seconds=time.perf_counter() - t_it,
-        )
-        history.append(it)
-        _log(verbose, method, it, f"  norm(R) = {rnorm:.3g}  gmres steps = {int(nsteps)}")
-        if not (math.isfinite(e_new) and math.isfinite(normt) and math.isfinite(rnorm)):
-            status = CCStatus.NON_FINITE
-            break
-        if abs(e_new - e_old) < e_tol and normt < t_tol:
-            status = CCStatus.CONVERGED
-            break
-        e_old = e_new
-    return _finish(x, e_new, unravel, status, len(history), history, t_start, throw, method)
+    report = Reporting(method=method, verbose=verbose, throw=throw, linear_solver=True)
+    return iterate(step, energy, x0, unravel, stop=stop, report=report)

