@@ -16,8 +16,9 @@ An input can be given in two ways:
   contains the slot's space (the slot's own space or a union such as ``p`` = ``i`` then
   ``a``), recognised by its length, and the block is cut out of it.
 
-A block given explicitly wins over the full tensor. Scalars (variables such as ``ω``) are
-given under their name. Tensors with one label and two signatures (``t{a;i}`` and
+A block and the full tensor of the same label cannot both be given (which one to read
+would be ambiguous): an :class:`~sq_jax.InputError` says to pass one. Scalars (variables
+such as ``ω``) are given under their name. Tensors with one label and two signatures (``t{a;i}`` and
 ``t{a,a;i,i}``) are distinct inputs; give them as blocks or as full tensors of the right
 rank.
 
@@ -168,22 +169,44 @@ def _full_tensor_block(spec: InputSpec, array: Any, spaces: Spaces, xp: Any) -> 
     return array[tuple(index)]
 
 
+def _dtype_name(dtype: Any) -> str:
+    """A dtype as users write it: ``bfloat16`` rather than numpy's ``V2``/``<V2``."""
+    name = getattr(dtype, "name", None) or str(dtype)
+    if name.startswith(("void", "V", "<V", "|V")) and "bfloat16" in repr(dtype):
+        return "bfloat16"
+    return name
+
+
 def _as_array(name: str, value: Any, xp: Any) -> Any:
-    if xp is np:
+    arr = value
+    if xp is np or not (hasattr(value, "dtype") and hasattr(value, "shape")):
         try:
             arr = np.asarray(value)
-        except Exception as err:  # pragma: no cover - numpy's own message is kept
-            raise InputError(f"input {name!r} could not be read as an array: {err}") from err
-    else:
-        arr = value if hasattr(value, "dtype") and hasattr(value, "shape") else xp.asarray(value)
-    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.complexfloating)):
-        if np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_:
-            arr = arr.astype(np.float64) if xp is np else xp.asarray(arr, dtype=np.float64)
-        else:
+        except Exception as err:
             raise InputError(
-                f"input {name!r} has dtype {arr.dtype}; expected a floating-point array."
-            )
-    return arr
+                f"input {name!r} ({type(value).__name__}) could not be read as an array "
+                f"({err}); pass a NumPy or JAX array of float64."
+            ) from None
+    try:
+        dtype = np.dtype(arr.dtype)
+    except TypeError:
+        dtype = np.dtype(object)
+    if np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating):
+        return arr if xp is np or not isinstance(arr, np.ndarray) else xp.asarray(arr)
+    if np.issubdtype(dtype, np.integer) or dtype == np.bool_:
+        return arr.astype(np.float64) if xp is np else xp.asarray(arr, dtype=np.float64)
+    raise InputError(
+        f"input {name!r} has dtype {_dtype_name(dtype)}; expected a floating-point array "
+        "(float64; float32 and complex are accepted, integers and booleans are converted to "
+        "float64). Convert it with np.asarray(x, dtype=np.float64)."
+    )
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """A dtype as users write it: ``bfloat16`` (ml_dtypes' name), never a void type."""
+    if dtype.kind == "V" and "bfloat16" in repr(dtype.type):
+        return "bfloat16"
+    return str(dtype)
 
 
 def bind_inputs(forest: Forest, inputs: Mapping[str, Any], *, xp: Any = np) -> dict[str, Any]:
@@ -199,8 +222,10 @@ def bind_inputs(forest: Forest, inputs: Mapping[str, Any], *, xp: Any = np) -> d
         A dict from block key (or variable name) to an array of the block's shape.
 
     Raises:
-        InputError: for a missing input, a wrong shape, rank or dtype, or an input key
-            that no leaf reads.
+        InputError: for inputs that are not a mapping, a key that is not a string, a
+            block given together with the full tensor of its label, a missing input, a
+            wrong shape, rank or dtype (object, string, bfloat16 …), or an input key that
+            no leaf reads.
 
     Example:
         >>> import numpy as np, sq_jax as sq
@@ -208,9 +233,32 @@ def bind_inputs(forest: Forest, inputs: Mapping[str, Any], *, xp: Any = np) -> d
         >>> bind_inputs(forest, {"f": np.diag([1.0, 2.0, 3.0])})["f{i;i}"].tolist()
         [[1.0, 0.0], [0.0, 2.0]]
     """
+    if not isinstance(inputs, Mapping):
+        raise InputError(
+            f"inputs must be a dict of arrays keyed by block key or label, got "
+            f"{type(inputs).__name__}; e.g. {{'t{{a;i}}': t1, 'g': g}}."
+        )
+    bad_keys = [k for k in inputs if not isinstance(k, str)]
+    if bad_keys:
+        raise InputError(
+            f"input key(s) {', '.join(f'{k!r} ({type(k).__name__})' for k in bad_keys)} are "
+            "not strings; key every input by its block key (e.g. 'g{i,i;a,a}'), its label "
+            "('g') or its variable name."
+        )
     specs = input_specs(forest)
     labels = {s.label for s in specs}
     keys = {s.block_key for s in specs}
+    both = sorted(
+        f"{s.block_key!r} and {s.label!r}"
+        for s in specs
+        if s.block_key != s.label and s.block_key in inputs and s.label in inputs
+    )
+    if both:
+        raise InputError(
+            f"input(s) {'; '.join(both)} give the same tensor twice, as a block and as the "
+            "full tensor; pass one of them (the block key, or the full tensor under the "
+            "bare label)."
+        )
     unknown = [k for k in inputs if k not in keys and k not in labels]
     if unknown:
         raise InputError(
