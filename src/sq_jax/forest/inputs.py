@@ -46,7 +46,7 @@ from ..expr.nodes import Tensor, Variable
 from ..expr.spaces import Spaces
 from .nodes import EvalNode, Forest, NodeKind
 
-__all__ = ["InputSpec", "bind_inputs", "block_key", "input_specs"]
+__all__ = ["InputSpec", "bind_inputs", "block_key", "check_input_mapping", "input_specs"]
 
 
 def block_key(tensor: Tensor) -> str:
@@ -187,14 +187,23 @@ def _as_array(name: str, value: Any, xp: Any) -> Any:
                 f"input {name!r} ({type(value).__name__}) could not be read as an array "
                 f"({err}); pass a NumPy or JAX array of float64."
             ) from None
+    if _is_float(_check_dtype(name, arr.dtype)):
+        return arr if xp is np or not isinstance(arr, np.ndarray) else xp.asarray(arr)
+    return arr.astype(np.float64) if xp is np else xp.asarray(arr, dtype=np.float64)
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    return bool(np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating))
+
+
+def _check_dtype(name: str, raw: Any) -> np.dtype:
+    """The numpy dtype of an input, or an InputError for a non-numeric one."""
     try:
-        dtype = np.dtype(arr.dtype)
+        dtype = np.dtype(raw)
     except TypeError:
         dtype = np.dtype(object)
-    if np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating):
-        return arr if xp is np or not isinstance(arr, np.ndarray) else xp.asarray(arr)
-    if np.issubdtype(dtype, np.integer) or dtype == np.bool_:
-        return arr.astype(np.float64) if xp is np else xp.asarray(arr, dtype=np.float64)
+    if _is_float(dtype) or np.issubdtype(dtype, np.integer) or dtype == np.bool_:
+        return dtype
     raise InputError(
         f"input {name!r} has dtype {_dtype_name(dtype)}; expected a floating-point array "
         "(float64; float32 and complex are accepted, integers and booleans are converted to "
@@ -207,6 +216,39 @@ def _dtype_name(dtype: np.dtype) -> str:
     if dtype.kind == "V" and "bfloat16" in repr(dtype.type):
         return "bfloat16"
     return str(dtype)
+
+
+def check_input_mapping(inputs: Any) -> None:
+    """Check what can be checked without a forest: a mapping, string keys, numeric dtypes.
+
+    Raises:
+        InputError: ``inputs`` is not a mapping, a key is not a string, or a value's
+            dtype is not numeric (object, string, bfloat16 …).
+
+    Example:
+        >>> import numpy as np
+        >>> check_input_mapping({"f": np.eye(2)})
+        >>> try:
+        ...     check_input_mapping({"f": np.array(["x"])})
+        ... except InputError as err:
+        ...     print(str(err)[:38])
+        input 'f' has dtype <U1; expected a fl
+    """
+    if not isinstance(inputs, Mapping):
+        raise InputError(
+            f"inputs must be a dict of arrays keyed by block key or label, got "
+            f"{type(inputs).__name__}; e.g. {{'t{{a;i}}': t1, 'g': g}}."
+        )
+    bad_keys = [k for k in inputs if not isinstance(k, str)]
+    if bad_keys:
+        raise InputError(
+            f"input key(s) {', '.join(f'{k!r} ({type(k).__name__})' for k in bad_keys)} are "
+            "not strings; key every input by its block key (e.g. 'g{i,i;a,a}'), its label "
+            "('g') or its variable name."
+        )
+    for name, value in inputs.items():
+        if hasattr(value, "dtype"):
+            _check_dtype(name, value.dtype)
 
 
 def bind_inputs(forest: Forest, inputs: Mapping[str, Any], *, xp: Any = np) -> dict[str, Any]:
@@ -233,18 +275,7 @@ def bind_inputs(forest: Forest, inputs: Mapping[str, Any], *, xp: Any = np) -> d
         >>> bind_inputs(forest, {"f": np.diag([1.0, 2.0, 3.0])})["f{i;i}"].tolist()
         [[1.0, 0.0], [0.0, 2.0]]
     """
-    if not isinstance(inputs, Mapping):
-        raise InputError(
-            f"inputs must be a dict of arrays keyed by block key or label, got "
-            f"{type(inputs).__name__}; e.g. {{'t{{a;i}}': t1, 'g': g}}."
-        )
-    bad_keys = [k for k in inputs if not isinstance(k, str)]
-    if bad_keys:
-        raise InputError(
-            f"input key(s) {', '.join(f'{k!r} ({type(k).__name__})' for k in bad_keys)} are "
-            "not strings; key every input by its block key (e.g. 'g{i,i;a,a}'), its label "
-            "('g') or its variable name."
-        )
+    check_input_mapping(inputs)
     specs = input_specs(forest)
     labels = {s.label for s in specs}
     keys = {s.block_key for s in specs}
