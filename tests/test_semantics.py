@@ -3,6 +3,8 @@
 Every expected value is computed independently with ``numpy.einsum`` on the same arrays.
 """
 
+from fractions import Fraction
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -207,7 +209,7 @@ RFT = "R{a1;i1} = f{a1;a2} t{a2;i1}"
         ({"batch": {"a": 1000}}, r"space `a` has extent 3, but the plan cuts it into 1000"),
         ({"mode_order": ("z",)}, r"mode_order=\('z',\): 'z' is not a known index space"),
         ({"batch": "a=2"}, r"batch must be a mapping.*for 'a=2' write \{'a': 2\}"),
-        ({"batch": {"x": 2}}, r"unknown space"),
+        ({"batch": {"q": 2}}, r"unknown space"),
         ({"batch": {"a": {"batch": 2}}}, r"unknown field\(s\) 'batch'"),
     ],
 )
@@ -224,3 +226,53 @@ def test_one_batch_is_the_unbatched_program():
         prog = sq.compile(text, spaces, batch=one)
         assert (prog.memory_bytes, prog.flops) == (plain.memory_bytes, plain.flops)
         assert str(prog.schedule.ordered) == str(plain.schedule.ordered)
+
+
+# -- item 2: numbers with exponents ---------------------------------------------------------
+
+
+def test_numbers_with_exponents():
+    got = [sq.parse_expr(f"{n} x").scalar for n in ("2e3", "1e-3", "1.5E+2", ".5e1")]
+    assert got == [Fraction(2000), Fraction(1, 1000), Fraction(150), Fraction(5)]
+    # `e3` is a name wherever it is not glued to a number
+    spaces = sq.Spaces(i=2)
+    (eq,) = sq.parse("E = 2 e3 + e3{i1;i1} + 2e3x", spaces=spaces, validate=False)
+    first, second, third = eq.rhs.terms
+    assert (first.scalar, first.factors[0].name) == (2, "e3")
+    assert second.label == "e3"
+    assert (third.scalar, third.factors[0].name) == (2000, "x")
+    out = sq.evaluate_reference("E = 2e-1 e3{i1;i1}", spaces, {"e3{i;i}": np.eye(2)})
+    assert float(out["E"]) == pytest.approx(0.4, rel=1e-15)
+    for bad in ("E = 2e f{i1;i1}", "E = 2e+ x", "E = 3ex"):
+        with pytest.raises(sq.ParseError, match=r"starts an exponent, but no digits follow"):
+            sq.parse(bad)
+
+
+# -- item 10: SeQuant's standard spaces are known ------------------------------------------
+
+
+def test_sequant_standard_spaces_parse_and_evaluate_as_is():
+    text = "R{e1;m1} = f{e1;e2} t{e2;m1} + g{e1;o1} t{o1;m1}"  # SR convention letters
+    (eq,) = sq.parse(text)  # no registration needed
+    assert {ix.space for ix in eq.lhs.indices} == {"e", "m"}
+    spaces = sq.Spaces(o=1, i=2, a=3, g=1)  # p = o, i, a, g: 7 orbitals
+    f, g = RNG.random((7, 7)), RNG.random((7, 7))
+    t_em, t_om = RNG.random((4, 3)), RNG.random((1, 3))
+    inputs = {"f": f, "g": g, "t{e;m}": t_em, "t{o;m}": t_om}
+    want = f[3:, 3:] @ t_em + g[3:, :1] @ t_om  # e = a, g is p[3:7]; o is p[0:1]
+    _close(sq.evaluate_reference(text, spaces, inputs)["R"], want)
+    _close(sq.compile(text, spaces, batch={"e": 2, "m": 2})(inputs)["R"], want)
+    with pytest.raises(sq.PlanError, match=r"no index of the equations is in space `a`"):
+        sq.compile(text, spaces, batch={"a": 2})  # loops batch a space, not its parts
+    # empty-by-default members: with only i and a set, p and x are i then a
+    small = sq.Spaces(i=2, a=3)
+    assert (small.extent("p"), small.extent("x"), small.offset_in("a", "p")) == (5, 5, 2)
+    with pytest.raises(sq.SpaceError, match=r"'o' has no extent \(it is empty by default"):
+        small.extent("o")
+    with pytest.raises(sq.SpaceError, match=r"'c' \(g, α'\) has no elements"):
+        small.extent("c")
+    keys = sq.Spaces().keys()
+    assert {"o", "i", "a", "g", "α'", "m", "e", "x", "p", "h", "c", "α", "H", "κ"} <= set(keys)
+    assert {"κ↑", "α'↓", "Κ", "μ̃"} <= set(keys)
+    with pytest.raises(sq.SpaceError, match=r"'e' is already registered \(virtual: a then g"):
+        sq.Spaces().with_space("e")

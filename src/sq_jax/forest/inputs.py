@@ -154,8 +154,17 @@ def _full_tensor_block(spec: InputSpec, array: Any, spaces: Spaces, xp: Any) -> 
         )
     index: list[slice] = []
     for axis, (space, length) in enumerate(zip(spec.slot_spaces, shape, strict=True)):
-        candidates = spaces.containers(space)
-        match = next((c for c in candidates if spaces.extent(c) == length), None)
+        candidates = [c for c in spaces.containers(space) if spaces.has_extent(c)]
+        fits = [c for c in candidates if spaces.extent(c) == length]
+        match = fits[0] if fits else None
+        if len({spaces.offset_in(space, c) for c in fits}) > 1:
+            where = ", ".join(f"{c} (at {spaces.offset_in(space, c)})" for c in fits)
+            raise InputError(
+                f"input {spec.label!r} axis {axis} has length {length}, which fits several "
+                f"spaces that hold slot {axis}'s space {space!r} at different places: "
+                f"{where}. Pass the block as inputs[{spec.block_key!r}] with shape "
+                f"{spec.shape} instead."
+            )
         if match is None:
             options = ", ".join(f"{c} ({spaces.extent(c)})" for c in candidates)
             raise InputError(

@@ -268,7 +268,7 @@ class BatchPlan:
 def _unused_space(spaces: Spaces, key: str, used: set[str]) -> str:
     listed = ", ".join(f"`{u}`" for u in sorted(used)) or "none"
     text = f"no index of the equations is in space `{key}` (spaces used: {listed})"
-    members = spaces.base_members(key)
+    members = spaces.shown_members(key)
     if spaces.space(key).is_union:
         inner = [m for m in members if m in used]
         example = ", ".join(f"{m!r}: 2" for m in inner or members)
