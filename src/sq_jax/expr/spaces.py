@@ -42,8 +42,8 @@ Example:
     >>> s = Spaces(i=10, a=38)
     >>> s.extent("p"), s.offset_in("a", "p"), s.resolve("K")
     (48, 10, 'Κ')
-    >>> s2 = s.with_space("x", extent=50, description="test auxiliary")
-    >>> s2.extent("x")
+    >>> s2 = s.with_space("y", extent=50, description="test auxiliary")
+    >>> s2.extent("y")
     50
 """
 
@@ -341,8 +341,8 @@ class Spaces:
             SpaceError: if the key is taken, not letters, or a member is unknown.
 
         Example:
-            >>> s = Spaces(i=3, a=4).with_space("x", members=("i", "a"))
-            >>> s.extent("x")
+            >>> s = Spaces(i=3, a=4).with_space("w", members=("i", "a"))
+            >>> s.extent("w")
             7
         """
         if not key or any(ch.isdigit() or ch in "_{}<>;,: " for ch in key):
@@ -354,8 +354,8 @@ class Spaces:
             known = self.space(key)
             what = f"the union {' ∪ '.join(known.members)}" if known.is_union else "a base space"
             raise SpaceError(
-                f"index space {key!r} is already registered ({known.description or what}, "
-                f"{what}); use it as it is, or register yours under another key."
+                f"index space {key!r} is already registered ({known.description or what}); "
+                "use it as it is, or register yours under another key."
             )
         flat: list[str] = []
         for m in members:

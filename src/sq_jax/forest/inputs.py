@@ -245,7 +245,7 @@ def check_input_mapping(inputs: Any) -> None:
     """
     if not isinstance(inputs, Mapping):
         raise InputError(
-            f"inputs must be a dict of arrays keyed by block key or label, got "
+            f"inputs must be a mapping (a dict) of arrays keyed by block key or label, got "
             f"{type(inputs).__name__}; e.g. {{'t{{a;i}}': t1, 'g': g}}."
         )
     bad_keys = [k for k in inputs if not isinstance(k, str)]

@@ -217,7 +217,7 @@ class BatchPlan:
             >>> try:
             ...     BatchPlan.of({"a": 9}).resolved(Spaces(i=2, a=3))
             ... except PlanError as err:
-            ...     print(str(err)[:62])
+            ...     print(str(err)[:61])
             batch plan: space `a` has extent 3, but the plan cuts it into
         """
         out, problems = [], []
