@@ -41,7 +41,11 @@ def _plan(
         return plan_for_budget(forest, memory_budget)
     if batch is None:
         return BatchPlan()
-    return batch if isinstance(batch, BatchPlan) else BatchPlan.of(batch)
+    plan = batch if isinstance(batch, BatchPlan) else BatchPlan.of(batch)
+    # the user's plan is checked strictly: nothing in it is silently ignored or clamped
+    used = {ix.space for node in forest.distinct() for ix in node.indices}
+    plan.resolved(forest.spaces, used)
+    return plan
 
 
 def compile(

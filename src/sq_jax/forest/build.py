@@ -139,7 +139,18 @@ def build_forest(
         lhs_is_tensor = isinstance(eq.lhs, Tensor)
         indices = eq.lhs.indices if isinstance(eq.lhs, Tensor) else ()
         results[eq.name] = Root(eq.name, indices, node, coef, lhs_is_tensor)
-    return Forest(tuple(root for name, root in results.items() if name in keep), spaces)
+    kept = tuple(root for name, root in results.items() if name in keep)
+    forest = Forest(kept, spaces)
+    if len(kept) == len(results):
+        return forest
+    everything = Forest(tuple(results.values()), spaces)
+    return Forest(kept, spaces, _input_names(everything) - _input_names(forest))
+
+
+def _input_names(forest: Forest) -> frozenset[str]:
+    from .inputs import input_specs  # inputs imports this package's nodes
+
+    return frozenset(n for s in input_specs(forest) for n in (s.label, s.block_key))
 
 
 def select_outputs(outputs: Sequence[str] | None, names: Sequence[str]) -> frozenset[str]:

@@ -299,7 +299,7 @@ def bind_inputs(forest: Forest, inputs: Mapping[str, Any], *, xp: Any = np) -> d
             "full tensor; pass one of them (the block key, or the full tensor under the "
             "bare label)."
         )
-    unknown = [k for k in inputs if k not in keys and k not in labels]
+    unknown = [k for k in inputs if k not in keys | labels | forest.unread_inputs]
     if unknown:
         raise InputError(
             f"input(s) {', '.join(repr(k) for k in unknown)} are not read by any leaf; "

@@ -145,11 +145,15 @@ def _as_forest(
     outputs: Sequence[str] | None = None,
 ) -> Forest:
     from ..expr.parse import parse
-    from .build import build_forest, select_outputs  # the builder imports this package
+    from .build import _input_names, build_forest, select_outputs  # imports this package
 
     if isinstance(source, Forest):
         keep = select_outputs(outputs, [root.name for root in source.roots])
-        return Forest(tuple(r for r in source.roots if r.name in keep), source.spaces)
+        if len(keep) == len(source.roots):
+            return source
+        kept = Forest(tuple(r for r in source.roots if r.name in keep), source.spaces)
+        unread = _input_names(source) - _input_names(kept)
+        return Forest(kept.roots, source.spaces, source.unread_inputs | unread)
     if spaces is None:
         raise ExpressionError(
             "evaluate_reference needs `spaces` (with extents) when given equations; "

@@ -237,8 +237,7 @@ def annotate(forest: Forest, plan: BatchPlan) -> AnnotatedForest:
     A space cut into one batch opens no loop (the unbatched program, exactly).
 
     Raises:
-        PlanError: if the plan names a space ``forest.spaces`` does not know or no index
-            of the forest uses, or more batches than a space's extent.
+        PlanError: if the plan names a space ``forest.spaces`` does not know.
 
     Example:
         >>> from sq_jax.forest.nodes import EvalNode, Forest, NodeKind, Root
@@ -250,8 +249,7 @@ def annotate(forest: Forest, plan: BatchPlan) -> AnnotatedForest:
         ...  for occ, opens in annotate(forest, BatchPlan.of({"i": 2})).opens]
         [('root 0 @0', ['i_1 External'])]
     """
-    used = {ix.space for node in forest.distinct() for ix in node.indices}
-    plan = plan.resolved(forest.spaces, used)
+    plan = plan.resolved(forest.spaces)
     ann = AnnotatedForest(forest, plan)
 
     def batched(ix: Index, kind: LoopKind) -> bool:

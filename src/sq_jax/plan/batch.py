@@ -202,20 +202,23 @@ class BatchPlan:
 
         Args:
             spaces: the registry (with extents).
-            used: the canonical space keys the equations' indices use; when given, a
-                plan entry no index can be batched over is an error, not ignored.
+            used: the canonical space keys the equations' indices use. When given (as
+                :func:`sq_jax.compile` does for the user's plan), the plan is checked
+                strictly: an entry no index can be batched over, or more batches than a
+                space's extent, is an error rather than ignored or clamped. Without it
+                (internal callers, generated plans) only the keys are resolved.
 
         Raises:
-            PlanError: one bulleted error for every space ``spaces`` does not know, every
-                space no index uses (a union such as ``p`` names its members to batch
-                instead), and every count of batches above the space's extent.
+            PlanError: one bulleted error for every space ``spaces`` does not know, and
+                with ``used``, every space no index uses (a union such as ``p`` names its
+                members to batch instead) and every count of batches above the extent.
 
         Example:
             >>> from sq_jax.expr.spaces import Spaces
             >>> str(BatchPlan.of({"K": 4}).resolved(Spaces(K=8)))
             'BatchPlan(Κ: 4 batches [external, contracted])'
             >>> try:
-            ...     BatchPlan.of({"a": 9}).resolved(Spaces(i=2, a=3))
+            ...     BatchPlan.of({"a": 9}).resolved(Spaces(i=2, a=3), used=("i", "a"))
             ... except PlanError as err:
             ...     print(str(err)[:61])
             batch plan: space `a` has extent 3, but the plan cuts it into
@@ -232,7 +235,12 @@ class BatchPlan:
             extent = spaces.extent(key) if spaces.has_extent(key) else None
             if used_set is not None and key not in used_set:
                 problems.append(_unused_space(spaces, key, used_set))
-            elif extent is not None and s.batches is not None and s.batches > extent:
+            elif (
+                used_set is not None
+                and extent is not None
+                and s.batches is not None
+                and s.batches > extent
+            ):
                 problems.append(
                     f"space `{key}` has extent {extent}, but the plan cuts it into "
                     f"{s.batches} batches; ask for at most {extent} batches (or a block "
