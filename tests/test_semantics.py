@@ -205,7 +205,7 @@ RFT = "R{a1;i1} = f{a1;a2} t{a2;i1}"
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
-        ({"batch": {"p": 2}}, r"space `p`.*union of i, a: batch its members instead"),
+        ({"batch": {"p": 2}}, r"space `p`.*union of i, a, and a loop.*batch its members instead"),
         ({"batch": {"a": 1000}}, r"space `a` has extent 3, but the plan cuts it into 1000"),
         ({"mode_order": ("z",)}, r"mode_order=\('z',\): 'z' is not a known index space"),
         ({"batch": "a=2"}, r"batch must be a mapping.*for 'a=2' write \{'a': 2\}"),
@@ -262,8 +262,12 @@ def test_sequant_standard_spaces_parse_and_evaluate_as_is():
     want = f[3:, 3:] @ t_em + g[3:, :1] @ t_om  # e = a, g is p[3:7]; o is p[0:1]
     _close(sq.evaluate_reference(text, spaces, inputs)["R"], want)
     _close(sq.compile(text, spaces, batch={"e": 2, "m": 2})(inputs)["R"], want)
-    with pytest.raises(sq.PlanError, match=r"no index of the equations is in space `a`"):
-        sq.compile(text, spaces, batch={"a": 2})  # loops batch a space, not its parts
+    with pytest.raises(sq.PlanError, match=r"no index of the equations is in space `x`"):
+        sq.compile(text, spaces, batch={"x": 2})  # x = i, a: loops batch a space, not its parts
+    with pytest.raises(sq.PlanError, match=r"indices in `e` \(which hold `a`\).*batch `e` instead"):
+        sq.compile(text, spaces, batch={"a": 2})
+    # a base space the equations do not touch is allowed (one plan, several equation sets)
+    _close(sq.compile(text, spaces, batch={"e": 2, "Κ": 2})(inputs)["R"], want)
     # empty-by-default members: with only i and a set, p and x are i then a
     small = sq.Spaces(i=2, a=3)
     assert (small.extent("p"), small.extent("x"), small.offset_in("a", "p")) == (5, 5, 2)

@@ -204,13 +204,19 @@ class BatchPlan:
             spaces: the registry (with extents).
             used: the canonical space keys the equations' indices use. When given (as
                 :func:`sq_jax.compile` does for the user's plan), the plan is checked
-                strictly: an entry no index can be batched over, or more batches than a
-                space's extent, is an error rather than ignored or clamped. Without it
-                (internal callers, generated plans) only the keys are resolved.
+                strictly: a union space no index is in (``p`` when the equations use
+                ``i`` and ``a``: loops batch an index's own space, never its parts), or
+                more batches than a space's extent, is an error rather than ignored or
+                clamped; so is a base space no index is in while a union holding it is
+                used (``a`` when the equations use ``e`` = ``a`` then ``g``). A base space
+                the equations do not touch at all is allowed, so that one plan serves
+                several equation sets (``{"Κ": 4}`` for DF and non-DF equations).
+                Without ``used`` (internal callers, generated plans) only the keys are
+                resolved.
 
         Raises:
             PlanError: one bulleted error for every space ``spaces`` does not know, and
-                with ``used``, every space no index uses (a union such as ``p`` names its
+                with ``used``, every union space no index is in (the message names its
                 members to batch instead) and every count of batches above the extent.
 
         Example:
@@ -233,8 +239,18 @@ class BatchPlan:
                 continue
             out.append(replace(s, space=key))
             extent = spaces.extent(key) if spaces.has_extent(key) else None
-            if used_set is not None and key not in used_set:
+            holders = sorted(
+                u for u in used_set or () if key in spaces.base_members(u) and u != key
+            )
+            if used_set is not None and key not in used_set and spaces.space(key).is_union:
                 problems.append(_unused_space(spaces, key, used_set))
+            elif used_set is not None and key not in used_set and holders:
+                problems.append(
+                    f"no index of the equations is in space `{key}`, but indices in "
+                    f"{', '.join(f'`{u}`' for u in holders)} (which hold `{key}`) are; a "
+                    f"loop batches an index's own space: batch "
+                    f"{' or '.join(f'`{u}`' for u in holders)} instead."
+                )
             elif (
                 used_set is not None
                 and extent is not None
@@ -275,16 +291,14 @@ class BatchPlan:
 
 def _unused_space(spaces: Spaces, key: str, used: set[str]) -> str:
     listed = ", ".join(f"`{u}`" for u in sorted(used)) or "none"
-    text = f"no index of the equations is in space `{key}` (spaces used: {listed})"
     members = spaces.shown_members(key)
-    if spaces.space(key).is_union:
-        inner = [m for m in members if m in used]
-        example = ", ".join(f"{m!r}: 2" for m in inner or members)
-        return (
-            f"{text}; `{key}` is the union of {', '.join(members)}: batch its members "
-            f"instead, e.g. {{{example}}}."
-        )
-    return f"{text}; remove `{key}` from the plan."
+    inner = [m for m in members if m in used]
+    example = ", ".join(f"{m!r}: 2" for m in inner or members)
+    return (
+        f"no index of the equations is in space `{key}` (spaces used: {listed}); `{key}` "
+        f"is the union of {', '.join(members)}, and a loop batches an index's own space: "
+        f"batch its members instead, e.g. {{{example}}}."
+    )
 
 
 def check_mode_order(mode_order: Sequence[str], spaces: Spaces) -> tuple[str, ...]:
