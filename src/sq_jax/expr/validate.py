@@ -452,6 +452,7 @@ def _tensor_read_problems(item: _Item, read: Tensor, source: _Item) -> list[str]
         problems.append(
             f"{item.where} reads the computed result {_quote(read)} with repeated index "
             f"{', '.join(f'`{r}`' for r in repeated)}; a trace of a computed result is not "
-            "supported: give the read distinct indices and add the trace as its own term."
+            "supported: read it with distinct indices, or take the trace in the equation that "
+            "defines it."
         )
     return problems

@@ -68,6 +68,7 @@ from ..expr.validate import result_read_problems
 from ._permsum import group_permuted
 from .binarize import binarize, count_labels, resolve_optimizer
 from .canon import leaf_node, scalar_node, sum_node
+from .inputs import input_names
 from .nodes import EvalNode, Forest, NodeKind, Root
 
 __all__ = ["build_forest", "select_outputs"]
@@ -144,13 +145,7 @@ def build_forest(
     if len(kept) == len(results):
         return forest
     everything = Forest(tuple(results.values()), spaces)
-    return Forest(kept, spaces, _input_names(everything) - _input_names(forest))
-
-
-def _input_names(forest: Forest) -> frozenset[str]:
-    from .inputs import input_specs  # inputs imports this package's nodes
-
-    return frozenset(n for s in input_specs(forest) for n in (s.label, s.block_key))
+    return Forest(kept, spaces, input_names(everything) - input_names(forest))
 
 
 def select_outputs(outputs: Sequence[str] | None, names: Sequence[str]) -> frozenset[str]:

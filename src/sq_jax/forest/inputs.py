@@ -46,7 +46,14 @@ from ..expr.nodes import Tensor, Variable
 from ..expr.spaces import Spaces
 from .nodes import EvalNode, Forest, NodeKind
 
-__all__ = ["InputSpec", "bind_inputs", "block_key", "check_input_mapping", "input_specs"]
+__all__ = [
+    "InputSpec",
+    "bind_inputs",
+    "block_key",
+    "check_input_mapping",
+    "input_names",
+    "input_specs",
+]
 
 
 def block_key(tensor: Tensor) -> str:
@@ -140,6 +147,18 @@ def input_specs(forest: Forest) -> tuple[InputSpec, ...]:
                 if var.name not in specs:
                     specs[var.name] = InputSpec(var.name, var.name, (), (), var.name)
     return tuple(specs.values())
+
+
+def input_names(forest: Forest) -> frozenset[str]:
+    """Every name an input of ``forest`` may be given under: labels and block keys.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> f = sq.build_forest(sq.parse("E = f{i1;a1} t{a1;i1}"), sq.Spaces(i=2, a=3))
+        >>> sorted(input_names(f))
+        ['f', 'f{i;a}', 't', 't{a;i}']
+    """
+    return frozenset(n for s in input_specs(forest) for n in (s.label, s.block_key))
 
 
 def _full_tensor_block(spec: InputSpec, array: Any, spaces: Spaces, xp: Any) -> Any:

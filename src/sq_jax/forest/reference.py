@@ -31,7 +31,7 @@ import numpy as np
 from .._errors import ExpressionError
 from ..expr.nodes import Constant, Equation, Index, Power, Variable
 from ..expr.spaces import Spaces
-from .inputs import bind_inputs, block_key
+from .inputs import bind_inputs, block_key, input_names
 from .nodes import EvalNode, Forest, NodeKind
 
 __all__ = ["evaluate_forest", "evaluate_reference", "evaluate_reference_jax"]
@@ -145,14 +145,14 @@ def _as_forest(
     outputs: Sequence[str] | None = None,
 ) -> Forest:
     from ..expr.parse import parse
-    from .build import _input_names, build_forest, select_outputs  # imports this package
+    from .build import build_forest, select_outputs  # the builder imports this package
 
     if isinstance(source, Forest):
         keep = select_outputs(outputs, [root.name for root in source.roots])
         if len(keep) == len(source.roots):
             return source
         kept = Forest(tuple(r for r in source.roots if r.name in keep), source.spaces)
-        unread = _input_names(source) - _input_names(kept)
+        unread = input_names(source) - input_names(kept)
         return Forest(kept.roots, source.spaces, source.unread_inputs | unread)
     if spaces is None:
         raise ExpressionError(
