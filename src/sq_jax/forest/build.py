@@ -16,6 +16,12 @@
 5. chains the summands into a left-deep chain of binary SUM nodes carrying each
    summand's coefficient; a single term's coefficient goes to :attr:`Root.coef` instead.
 
+Equations are a program: a tensor (or variable) whose label an *earlier* equation defines
+reads that equation's tree — relabeled onto the read's indices (summed labels get fresh
+ordinals), its coefficient folded into the term's — instead of an input; CSE then makes
+it one value with the defining equation's. ``outputs=`` keeps only some results as roots:
+the others live on inside the trees that read them (never materialised as outputs).
+
 A term's result labels are the left-hand side's indices (none for a variable). A label
 on two operands and not in the result is summed, one in the result stays (a Hadamard
 product when it is on two operands); a label on only one operand must be in the result.
