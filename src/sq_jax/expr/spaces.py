@@ -408,8 +408,11 @@ class Spaces:
         parts = []
         for sp in self.spaces:
             if sp.is_union:
-                if not self.has_extent(sp.key) and sp.key not in ("p", "p↑", "p↓"):
-                    continue  # shown when it has an extent; p (the classic union) always
+                optional_set = any(m in have and self.space(m).empty_by_default for m in sp.members)
+                if sp.key not in ("p", "p↑", "p↓") and not (
+                    optional_set and self.has_extent(sp.key)
+                ):
+                    continue  # p always; SeQuant's other unions once o, g or α' is set
                 ext = self.extent(sp.key) if self.has_extent(sp.key) else "?"
                 parts.append(f"{sp.key}={'∪'.join(self.shown_members(sp.key))}({ext})")
             elif sp.key in have:
