@@ -359,8 +359,8 @@ def test_error_proto_indices():
 def test_error_space_without_extent():
     eq = Equation(Variable("E"), Product(Fraction(1), (Tensor("f", (Index("Κ", 1),)),) * 2))
     _raises(eq, sq.SpaceError, "index `Κ_1`", "has no extent", "term `")
-    eq = Equation(Variable("E"), Tensor("f", (Index("x", 1),), (Index("x", 1),)))
-    _raises(eq, sq.SpaceError, "index `x_1`", "unknown index space 'x'")
+    eq = Equation(Variable("E"), Tensor("f", (Index("q", 1),), (Index("q", 1),)))
+    _raises(eq, sq.SpaceError, "index `q_1`", "unknown index space 'q'")
 
 
 def test_error_index_on_one_factor_only():

@@ -26,16 +26,11 @@ from sq_jax import (
 )
 from sq_jax.expr.symmetrize import expand_symmetrizers
 
-# The examples (``docs/syntax.md``, "Examples") use SeQuant's SR/test registries: `e`
-# (virtual-like, SR convention),
-# `x` (auxiliary in the export tests) and `u` (active). They are not in sq_jax's default
-# registry, so the tests register them explicitly.
-SR_SPACES = (
-    sq.Spaces()
-    .with_space("e", description="virtual (SR convention)")
-    .with_space("x", description="test auxiliary")
-    .with_space("u", description="active")
-)
+# The examples (``docs/syntax.md``, "Examples") use SeQuant's SR/test registries: `e` (virtual, SR convention) and
+# `x` (active, SR convention) are in sq_jax's default registry; `u` (active, MR
+# convention) is not, so the tests register it explicitly.
+SR_SPACES = sq.Spaces().with_space("u", description="active")
+assert SR_SPACES.space("e").members == ("a", "g") and SR_SPACES.space("x").members == ("i", "a")
 
 
 def I(text: str) -> Index:  # noqa: E743

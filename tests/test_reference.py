@@ -100,9 +100,11 @@ def test_input_naming_full_tensor_and_blocks():
     g = np.arange(5.0**4).reshape(5, 5, 5, 5)
     blocks = bind_inputs(forest, {"g": g, "t{a,a;i,i}": np.zeros((3, 3, 2, 2))})
     np.testing.assert_array_equal(blocks["g{i,i;a,a}"], g[:2, :2, 2:, 2:])
-    # an explicit block wins over the full tensor
+    # a block together with the full tensor of its label is ambiguous: pass one
     blk = np.ones((2, 2, 3, 3))
-    blocks = bind_inputs(forest, {"g": g, "g{i,i;a,a}": blk, "t{a,a;i,i}": np.zeros((3, 3, 2, 2))})
+    with pytest.raises(sq.InputError, match=r"'g\{i,i;a,a\}' and 'g' give the same tensor twice"):
+        bind_inputs(forest, {"g": g, "g{i,i;a,a}": blk, "t{a,a;i,i}": np.zeros((3, 3, 2, 2))})
+    blocks = bind_inputs(forest, {"g{i,i;a,a}": blk, "t{a,a;i,i}": np.zeros((3, 3, 2, 2))})
     np.testing.assert_array_equal(blocks["g{i,i;a,a}"], blk)
 
 

@@ -137,8 +137,10 @@ def test_result_used_later_with_another_signature():
         "equation `R` (#1) defines `R` as `R{a_1;i_1}` with (1, 1, 0); use the defined shape "
         "or rename the input."
     )
-    # an input of the same name *before* the definition is a different tensor
-    validate(sq.parse("E = R{a1,a2;i1,i2} g{i1,i2;a1,a2}\nR{a1;i1} = f{a1;i1}"))
+    # equations are a program: a read *before* the definition is an error naming both
+    (p,) = problems("E = R{a1;i1} g{i1;a1}\nR{a1;i1} = f{a1;i1}")
+    assert p.startswith("equation `E` (#1) reads `R{a_1;i_1}`, but `R` is computed later, by ")
+    assert "equation `R` (#2)" in p
 
 
 def test_rank_overloading_can_be_forbidden():

@@ -23,7 +23,7 @@ from .forest.nodes import Forest
 from .lower.instructions import lower_schedule
 from .lower.program import Program, make_program
 from .lower.shard import make_shard_plan
-from .plan.batch import BatchPlan
+from .plan.batch import BatchPlan, check_mode_order
 from .schedule import schedule_forest
 
 __all__ = ["compile"]
@@ -41,7 +41,11 @@ def _plan(
         return plan_for_budget(forest, memory_budget)
     if batch is None:
         return BatchPlan()
-    return batch if isinstance(batch, BatchPlan) else BatchPlan.of(batch)
+    plan = batch if isinstance(batch, BatchPlan) else BatchPlan.of(batch)
+    # the user's plan is checked strictly: nothing in it is silently ignored or clamped
+    used = {ix.space for node in forest.distinct() for ix in node.indices}
+    plan.resolved(forest.spaces, used)
+    return plan
 
 
 def compile(
@@ -54,6 +58,7 @@ def compile(
     memory_budget: int | str | None = None,
     mesh: Any = None,
     devices: Sequence[Any] | None = None,
+    outputs: Sequence[str] | None = None,
 ) -> Program:
     """Compile equations into one jit-compiled, differentiable, memory-bounded program.
 
@@ -73,6 +78,10 @@ def compile(
             each nest are split over its devices (``docs/sharding.md``); inputs and
             results are replicated. ``None``: one device.
         devices: a list of devices to build that 1-D mesh from (exclusive with ``mesh``).
+        outputs: the result labels the program returns, e.g. ``("R",)``; ``None`` (the
+            default) returns every equation's result. A result read by a later equation
+            and not in ``outputs`` stays internal: it is computed inside the trees that
+            read it (batched and fused with them) and never materialised as an output.
 
     Returns:
         The :class:`~sq_jax.lower.program.Program`; call it with a dict of inputs.
@@ -81,7 +90,8 @@ def compile(
         ParseError: bad equation text.
         ExpressionError: invalid tensor equations.
         PlanError: a batch plan that names unknown spaces or bad counts, or both
-            ``batch`` and ``memory_budget`` given, or a bad ``mesh``/``devices``.
+            ``batch`` and ``memory_budget`` given, a bad ``mesh``/``devices``, an
+            unknown space in ``mode_order``, or ``outputs`` naming an unknown result.
         MemoryBudgetError: no plan fits ``memory_budget`` (the message gives the
             smallest feasible budget and the value that dominates the peak).
         ScheduleError: the batching cannot be expressed (the message names the value).
@@ -97,7 +107,8 @@ def compile(
     """
     shard = make_shard_plan(mesh, devices)  # validate the mesh before any work
     eqs = parse(equations, spaces=spaces) if isinstance(equations, str) else tuple(equations)
-    forest = build_forest(eqs, spaces)  # binarize + fold common subexpressions
+    forest = build_forest(eqs, spaces, outputs=outputs)  # binarize + fold common subexpressions
+    mode_order = check_mode_order(mode_order, spaces)
     plan = _plan(batch, memory_budget, forest)  # the user's batching, or one fitting the budget
     scheduled = schedule_forest(forest, plan, mode_order=mode_order)  # annotate + schedule
     lowered = lower_schedule(scheduled)  # must follow the schedule: reads its block tree

@@ -14,9 +14,11 @@ How the text becomes IR (SeQuant's conversion rules):
 * parenthesized products and sums stay nested as factors; a sum of one term is the term;
 * ``a{…}``, ``ã{…}``, ``b{…}`` and ``b̃{…}`` are normal operators, a bare ``a`` a variable.
 
+Numbers may have an exponent glued to them (``2e3``, ``1e-3``, ``1.5E+2``; see
+:mod:`sq_jax.expr.tokenize` for ``2e`` and names such as ``e3``).
+
 Known limitations: complex constants are not representable (sq_jax scalars are exact
-rationals), inline ``#`` comments are not accepted, and the number syntax has no exponent
-(``1e-3``).
+rationals), and inline ``#`` comments are not accepted.
 
 Example:
     >>> import sq_jax as sq
@@ -28,29 +30,31 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import re
 import unicodedata
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from .._errors import ParseError
+from ._tensor_syntax import TensorSyntax
 from .nodes import (
     Constant,
     Equation,
     Expr,
-    Index,
     NormalOperator,
     Power,
     Product,
     Sum,
-    Symmetry,
     Tensor,
     Variable,
 )
+from .options import ParseOptions, resolve_options
 from .serialize import serialize
-from .spaces import DEFAULT_SPACES, Spaces
 from .symmetrize import expand_symmetrizers
+from .tokenize import Token as _Token
+from .tokenize import describe as _describe
+from .tokenize import logical_lines as _logical_lines
+from .tokenize import physical_lines as _physical_lines
+from .tokenize import token_error as _error
 from .validate import validate
 
 __all__ = ["ParseOptions", "parse", "parse_expr"]
@@ -58,98 +62,12 @@ __all__ = ["ParseOptions", "parse", "parse_expr"]
 _MAX_DEPTH = 100
 """Deepest parenthesis nesting accepted (deeper text is a ParseError, not a crash)."""
 
-_PERM_LETTERS = {"A": "antisymmetric", "S": "symmetric", "N": "none"}
-_BRAKET_LETTERS = {
-    "C": "conjugate",
-    "S": "symmetric",
-    "N": "none",
-    "H": "Hermitian",
-    "A": "anti-Hermitian",
-}
-_COLUMN_LETTERS = {"S": "symmetric", "N": "none"}
-_SYMM_SLOTS = (
-    ("permutational", _PERM_LETTERS),
-    ("bra-ket", _BRAKET_LETTERS),
-    ("column", _COLUMN_LETTERS),
-)
-
 _OPERATOR_LABELS = frozenset(unicodedata.normalize("NFC", s) for s in ("a", "ã", "b", "b̃"))
 """Labels that make ``label{…}`` a normal operator rather than a tensor."""
 
 _LEGACY_SYMMETRIZERS = {"A": "Â", "S": "Ŝ"}
 
-_NAME_EXTRA = frozenset("↑↓⁺⁻₊₋⁔'")
 _DIGITS = frozenset("0123456789")
-_PUNCT = frozenset("{}();,<>^*+/=_")
-_NUMBER_RE = re.compile(r"[0-9]+\.?[0-9]*|\.[0-9]+")
-_COMPLEX_SUFFIXES = frozenset("ij𝑖")
-_SPACE_RE = re.compile(r"\s+")
-_NAME_FAST_RE = re.compile(r"[^\W\d_](?:[^\W_]|_(?!\{))*")
-
-
-@dataclass(frozen=True, slots=True)
-class ParseOptions:
-    """How :func:`parse` and :func:`parse_expr` read text.
-
-    Example:
-        >>> import sq_jax as sq
-        >>> opts = sq.ParseOptions(def_perm_symm="A")
-        >>> str(sq.parse_expr("t{a1;i1}", opts))
-        't{a_1;i_1}:A-C-S'
-        >>> sq.ParseOptions(def_perm_symm="A", def_col_symm="N").def_col_symm
-        'S'
-    """
-
-    spaces: Spaces = DEFAULT_SPACES
-    """The registry index base keys are looked up in (aliases such as ``K`` resolve)."""
-    def_perm_symm: str = "N"
-    """Permutational symmetry of a tensor with no ``:P`` suffix letter."""
-    def_braket_symm: str = "C"
-    """Bra-ket symmetry of a tensor whose suffix gives no second letter."""
-    def_col_symm: str = "S"
-    """Column symmetry of a tensor whose suffix gives no third letter; forced to ``S``
-    when ``def_perm_symm`` is not ``N``, as SeQuant does."""
-    drop_proto_indices: bool = False
-    """Read ``a_1<i_1,i_2>`` as plain ``a_1`` (evaluate PNO-written text canonically)."""
-    expand_symmetrizers: bool = True
-    """Expand ``Â{…}``/``Ŝ{…}`` products into sums of permuted terms."""
-    legacy_symmetrizer_labels: bool = False
-    """Read a tensor ``A``/``S`` that leads a product of several factors as ``Â``/``Ŝ``
-    (older SeQuant output). Off by default: ``A{a1;i2} B{i1;a1}`` uses ``A`` as a tensor."""
-    validate: bool = True
-    """Check index structure and label use after parsing (:func:`sq_jax.expr.validate`)."""
-    allow_rank_overloading: bool = True
-    """Allow one label with several (bra, ket, aux) signatures (distinct inputs)."""
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.spaces, Spaces):
-            raise TypeError(
-                f"ParseOptions.spaces must be a sq_jax.Spaces registry, got "
-                f"{type(self.spaces).__name__}; build one with sq_jax.Spaces(i=..., a=...)."
-            )
-        for name, value, (_, allowed) in zip(
-            ("def_perm_symm", "def_braket_symm", "def_col_symm"),
-            (self.def_perm_symm, self.def_braket_symm, self.def_col_symm),
-            _SYMM_SLOTS,
-            strict=True,
-        ):
-            if value not in allowed:
-                raise ValueError(
-                    f"ParseOptions.{name}={value!r} is not a symmetry letter; expected one of "
-                    + ", ".join(f"{k!r} ({v})" for k, v in allowed.items())
-                    + "."
-                )
-        if self.def_perm_symm != "N":
-            object.__setattr__(self, "def_col_symm", "S")
-
-    def default_symmetry(self) -> Symmetry:
-        """The symmetry of a tensor written with no suffix.
-
-        Example:
-            >>> str(ParseOptions(def_perm_symm="A").default_symmetry())
-            'A-C-S'
-        """
-        return Symmetry(self.def_perm_symm, self.def_braket_symm, self.def_col_symm)
 
 
 def parse(
@@ -188,7 +106,7 @@ def parse(
         >>> [eq.name for eq in eqs]
         ['E', 'R']
     """
-    opts = _options(options, option_overrides)
+    opts = resolve_options(options, option_overrides)
     equations = []
     for tokens in _logical_lines(text):
         eq = _Parser(tokens, opts).equation()
@@ -223,7 +141,7 @@ def parse_expr(text: str, options: ParseOptions | None = None, **option_override
         >>> e.scalar, len(e.factors), type(e.factors[0]).__name__
         (Fraction(-1, 2), 2, 'Product')
     """
-    opts = _options(options, option_overrides)
+    opts = resolve_options(options, option_overrides)
     lines = _physical_lines(text)
     if not lines:
         raise ParseError("empty expression: expected at least one term, e.g. `t{i1;a1}` or `1/2`.")
@@ -237,198 +155,7 @@ def parse_expr(text: str, options: ParseOptions | None = None, **option_override
     return expr
 
 
-# -- options -------------------------------------------------------------------------------
-
-
-def _options(options: ParseOptions | None, overrides: dict[str, Any]) -> ParseOptions:
-    if options is None:
-        options = ParseOptions()
-    elif not isinstance(options, ParseOptions):
-        raise TypeError(
-            f"options must be a sq_jax.ParseOptions, got {type(options).__name__}; "
-            "pass ParseOptions(...) or keyword overrides such as spaces=..."
-        )
-    if not overrides:
-        return options
-    known = [f.name for f in dataclasses.fields(ParseOptions)]
-    unknown = sorted(set(overrides) - set(known))
-    if unknown:
-        raise TypeError(
-            f"unknown parse option(s) {', '.join(map(repr, unknown))}; "
-            f"expected some of {', '.join(map(repr, known))}."
-        )
-    return dataclasses.replace(options, **overrides)
-
-
-# -- tokens --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Token:
-    kind: str
-    """``name``, ``number``, ``symm``, ``->``, ``eof`` or the punctuation character."""
-    text: str
-    line: int
-    col: int
-    """1-based column of the first character."""
-    space_before: bool
-    src: str
-    """The whole source line (for the caret)."""
-    value: Any = None
-    """A Fraction for numbers; ((letter, col), …) for symmetry suffixes."""
-
-
-def _error(reason: str, tok: _Token, length: int | None = None) -> ParseError:
-    n = len(tok.text) if length is None else length
-    return ParseError(reason, line=tok.line, column=tok.col, length=n, source_line=tok.src)
-
-
-def _is_name_start(c: str) -> bool:
-    return unicodedata.category(c)[0] == "L"
-
-
-def _is_name_char(c: str) -> bool:
-    return unicodedata.category(c)[0] in "LMN" or c in _NAME_EXTRA
-
-
-def _tokenize(src: str, line: int) -> list[_Token]:
-    toks: list[_Token] = []
-    n, p, space = len(src), 0, False
-
-    def err(reason: str, col0: int, length: int) -> ParseError:
-        return ParseError(reason, line=line, column=col0 + 1, length=length, source_line=src)
-
-    while p < n:
-        c = src[p]
-        if c.isspace():
-            p = _SPACE_RE.match(src, p).end()
-            space = True
-            continue
-        start, value = p, None
-        if _is_name_start(c):
-            p = _NAME_FAST_RE.match(src, p).end()  # fast path; the loop below is exact
-            while p < n:
-                d = src[p]
-                if d == "_":
-                    if p + 1 < n and src[p + 1] == "{":
-                        break
-                    p += 1
-                elif _is_name_char(d):
-                    p += 1
-                else:
-                    break
-            kind = "name"
-        elif c in _DIGITS or c == ".":
-            while p < n and (src[p] in _DIGITS or src[p] == "."):
-                p += 1
-            text = src[start:p]
-            if not _NUMBER_RE.fullmatch(text):
-                raise err(
-                    f"malformed number `{text}`: expected digits with at most one '.', "
-                    "e.g. `2`, `0.5` or `.5`.",
-                    start,
-                    p - start,
-                )
-            if (
-                p < n
-                and src[p] in _COMPLEX_SUFFIXES
-                and not (p + 1 < n and (_is_name_char(src[p + 1]) or src[p + 1] == "_"))
-            ):
-                raise err(
-                    f"complex constant `{src[start : p + 1]}` is not supported: sq_jax scalars "
-                    "are exact rationals. Write a real coefficient, or use a variable for the "
-                    "complex factor (e.g. `2 ω`).",
-                    start,
-                    p + 1 - start,
-                )
-            kind, value = "number", Fraction(text)
-        elif c == "-":
-            p += 2 if src.startswith("->", p) else 1
-            kind = src[start:p]
-        elif c == ":":
-            p += 1
-            letters: list[tuple[str, int]] = []
-            if p >= n or not ("A" <= src[p].upper() <= "Z" and src[p].isascii()):
-                raise err(
-                    "expected a symmetry letter right after ':', e.g. `:A`, `:S-C` or "
-                    "`:N-S-N` (no spaces inside the suffix).",
-                    start,
-                    1,
-                )
-            letters.append((src[p], p + 1))
-            p += 1
-            while (
-                len(letters) < 3
-                and src.startswith("-", p)
-                and p + 1 < n
-                and src[p + 1].isascii()
-                and src[p + 1].isupper()
-                and not (p + 2 < n and (_is_name_char(src[p + 2]) or src[p + 2] == "_"))
-            ):
-                letters.append((src[p + 1], p + 2))
-                p += 2
-            if p < n and (_is_name_char(src[p]) or src[p] == "_"):
-                q = p
-                while q < n and (_is_name_char(src[q]) or src[q] == "_"):
-                    q += 1
-                raise err(
-                    f"unexpected `{src[p:q]}` in the symmetry suffix `{src[start:q]}`: the "
-                    "suffix is at most three letters separated by '-', e.g. `:A-C-S`.",
-                    p,
-                    q - p,
-                )
-            kind, value = "symm", tuple(letters)
-        elif c in _PUNCT:
-            p += 1
-            kind = c
-        else:
-            hint = " (use ASCII '-' for minus)" if c in "−–—" else ""
-            raise err(f"unexpected character {c!r}{hint}.", start, 1)
-        toks.append(_Token(kind, src[start:p], line, start + 1, space, src, value))
-        space = False
-    toks.append(_Token("eof", "", line, n + 1, space, src))
-    return toks
-
-
-def _split_lines(text: str) -> list[str]:
-    return re.split(r"\r\n|\n|\r", text)
-
-
-def _physical_lines(text: str) -> list[list[_Token]]:
-    """Token lists of the non-blank, non-comment lines (each ending in ``eof``)."""
-    out = []
-    for no, raw in enumerate(_split_lines(text), start=1):
-        stripped = raw.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        out.append(_tokenize(raw, no))
-    return out
-
-
-def _logical_lines(text: str) -> list[list[_Token]]:
-    """Token lists of equations: a line starting with '+'/'-' continues the previous one."""
-    groups: list[list[_Token]] = []
-    for toks in _physical_lines(text):
-        if toks[0].kind in ("+", "-", "*"):
-            if not groups:
-                raise _error(
-                    f"this line starts with '{toks[0].text}', so it continues the previous "
-                    "equation, but "
-                    "there is none; start the first line with the result, e.g. `R{a1;i1} = …`.",
-                    toks[0],
-                )
-            groups[-1].pop()  # the previous line's eof
-            groups[-1].extend(toks)
-        else:
-            groups.append(toks)
-    return groups
-
-
 # -- parser --------------------------------------------------------------------------------
-
-
-def _describe(tok: _Token) -> str:
-    return "the end of the line" if tok.kind == "eof" else f"`{tok.text}`"
 
 
 def _make_product(scalar: Fraction, factors: list[Expr]) -> Expr:
@@ -439,28 +166,8 @@ def _make_product(scalar: Fraction, factors: list[Expr]) -> Expr:
     return Product(scalar, tuple(factors))
 
 
-class _Parser:
+class _Parser(TensorSyntax):
     """Recursive descent over one equation's (or expression's) tokens."""
-
-    def __init__(self, tokens: list[_Token], options: ParseOptions) -> None:
-        self.toks = [*tokens, tokens[-1]]  # a second eof, so peek(1) needs no bounds check
-        self.pos = 0
-        self.space_cache: dict[str, str] = {}
-        self.opts = options
-        self.default_symm = options.default_symmetry()
-
-    # -- token access
-
-    def peek(self, k: int = 0) -> _Token:
-        return self.toks[self.pos + k]
-
-    def take(self) -> _Token:
-        tok = self.toks[self.pos]
-        self.pos += 1
-        return tok
-
-    def at(self, kind: str, k: int = 0) -> bool:
-        return self.toks[self.pos + k].kind == kind
 
     # -- top level
 
@@ -762,173 +469,3 @@ class _Parser:
             self.take()
             symmetry = self.symmetry(symm_tok)
         return Tensor(label, bra, ket, aux, symmetry)
-
-    def symmetry(self, tok: _Token) -> Symmetry:
-        if tok.space_before:
-            raise _error(
-                f"no space is allowed before ':' in a symmetry suffix; write "
-                f"`}}{tok.text}` with nothing between '}}' and ':'.",
-                tok,
-                1,
-            )
-        letters = [self.default_symm.perm, self.default_symm.braket, self.default_symm.column]
-        for slot, (letter, col) in enumerate(tok.value):
-            what, allowed = _SYMM_SLOTS[slot]
-            if letter not in allowed:
-                expected = ", ".join(f"{k} ({v})" for k, v in allowed.items())
-                raise ParseError(
-                    f"bad {what} symmetry letter `{letter}` in `{tok.text}`; expected one of "
-                    f"{expected} (uppercase).",
-                    line=tok.line,
-                    column=col,
-                    length=1,
-                    source_line=tok.src,
-                )
-            letters[slot] = letter
-        return Symmetry(*letters)
-
-    def single_group(self, name_tok: _Token, which: str) -> tuple[Index, ...]:
-        opener = self.take()  # '{'
-        items = self.index_list(("}",))
-        close = self.peek()
-        if close.kind == ";":
-            raise _error(
-                f"the `{name_tok.text}_{{bra}}^{{ket}}` form takes one index list per brace "
-                "and no ';' (and has no aux group); use `{bra;ket;aux}` for aux indices.",
-                close,
-            )
-        self.close_brace(opener, close)
-        return items
-
-    def brace_groups(self, name_tok: _Token, max_groups: int) -> list[tuple[Index, ...]]:
-        opener = self.take()  # '{'
-        groups = [self.index_list((";", "}"))]
-        while self.at(";"):
-            semi = self.take()
-            if len(groups) == max_groups:
-                if max_groups == 2:
-                    reason = (
-                        f"the normal operator `{name_tok.text}{{…}}` has two groups "
-                        "(annihilators;creators) and no aux group; remove this ';'."
-                    )
-                else:
-                    reason = (
-                        f"too many ';' in `{name_tok.text}{{…}}`: a tensor has at most "
-                        "three groups, {bra;ket;aux}."
-                    )
-                raise _error(reason, semi)
-            groups.append(self.index_list((";", "}")))
-        self.close_brace(opener, self.peek())
-        return groups
-
-    def close_brace(self, opener: _Token, close: _Token) -> None:
-        if close.kind == "}":
-            self.take()
-            return
-        if close.kind == "eof":
-            raise _error(
-                f"unclosed '{{' at column {opener.col}: expected '}}' before the end of the line.",
-                opener,
-            )
-        if close.kind in (")", ">"):
-            raise _error(
-                f"mismatched '{close.kind}': expected '}}' to close the '{{' at column "
-                f"{opener.col}.",
-                close,
-            )
-        raise _error(
-            f"expected ',', ';' or '}}' in the index groups opened at column {opener.col}, "
-            f"got {_describe(close)}.",
-            close,
-        )
-
-    def index_list(self, closers: tuple[str, ...]) -> tuple[Index, ...]:
-        items: list[Index] = []
-        if self.peek().kind in closers:
-            return ()
-        while True:
-            items.append(self.index(allow_protos=True))
-            if not self.at(","):
-                return tuple(items)
-            comma = self.take()
-            if self.peek().kind in (*closers, ",", "eof"):
-                raise _error(
-                    f"empty index after ',': expected an index such as `i_1`, got "
-                    f"{_describe(self.peek())}. Remove the extra ','.",
-                    comma,
-                )
-
-    def index(self, *, allow_protos: bool) -> Index:
-        tok = self.peek()
-        if tok.kind != "name":
-            raise _error(
-                f"expected an index (a space key and an ordinal, such as `i_1` or `a2`), "
-                f"got {_describe(tok)}.",
-                tok,
-            )
-        self.take()
-        text = tok.text
-        cut = len(text)
-        while cut > 0 and text[cut - 1] in _DIGITS:
-            cut -= 1
-        if cut == len(text):
-            raise _error(
-                f"index `{text}` has no ordinal: an index is a space key followed by a "
-                f"number, e.g. `{text.rstrip('_')}_1` or `{text.rstrip('_')}1`.",
-                tok,
-            )
-        key = text[:cut]
-        if key.endswith("_"):
-            key = key[:-1]
-        space = self.resolve_space(key, tok)
-        ordinal = int(text[cut:])
-        protos: tuple[Index, ...] = ()
-        if self.at("<"):
-            lt = self.take()
-            if not allow_protos:
-                raise _error("proto-indices cannot have proto-indices of their own.", lt)
-            items = [self.index(allow_protos=False)]
-            while self.at(","):
-                self.take()
-                items.append(self.index(allow_protos=False))
-            close = self.peek()
-            if close.kind != ">":
-                if close.kind == "eof":
-                    raise _error(
-                        f"unclosed '<' at column {lt.col}: expected '>' to end the proto-indices.",
-                        lt,
-                    )
-                raise _error(
-                    f"expected ',' or '>' in the proto-indices opened at column {lt.col}, "
-                    f"got {_describe(close)}.",
-                    close,
-                )
-            self.take()
-            if not self.opts.drop_proto_indices:
-                protos = tuple(items)
-        return Index(space, ordinal, protos)
-
-    def resolve_space(self, key: str, tok: _Token) -> str:
-        cached = self.space_cache.get(key)
-        if cached is not None:
-            return cached
-        canon = self._lookup_space(key, tok)
-        self.space_cache[key] = canon
-        return canon
-
-    def _lookup_space(self, key: str, tok: _Token) -> str:
-        spaces = self.opts.spaces
-        for candidate in (
-            key,
-            unicodedata.normalize("NFC", key),
-            unicodedata.normalize("NFD", key),
-        ):
-            if spaces.is_known(candidate):
-                return spaces.resolve(candidate)
-        known = ", ".join(f"`{k}`" for k in spaces.keys())
-        raise _error(
-            f"unknown index space `{key}` in index `{tok.text}`; known spaces: {known}. "
-            f"Register it with `spaces = sq_jax.Spaces().with_space({key!r}, extent=...)` "
-            "and parse with `spaces=spaces`.",
-            tok,
-        )

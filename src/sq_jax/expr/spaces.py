@@ -1,30 +1,49 @@
 """Index spaces: which base keys exist, how they nest, and how large they are.
 
-A :class:`Spaces` value is an immutable registry. The defaults follow SeQuant's
-*minimal* single-reference convention plus its density-fitting and PAO add-ons:
+A :class:`Spaces` value is an immutable registry. The defaults are SeQuant's standard
+single-reference spaces (its ``SR`` and ``F12`` conventions, which contain the *minimal*
+one) plus its density-fitting and PAO add-ons, so pasted SeQuant output parses as is:
 
-========  ==========================================  =====================
-key       meaning                                     kind
-========  ==========================================  =====================
-``i``     occupied orbitals                           base space
-``a``     virtual orbitals                            base space
-``p``     general orbitals, ``i`` then ``a``          union ``(i, a)``
-``Κ``     density-fitting auxiliary (alias ``K``)     base space
-``μ̃``     projected atomic orbitals (PAO)             base space
-``i↑`` …  spin-labelled copies of ``i``, ``a``, ``p``  as their parents
-========  ==========================================  =====================
+=========  =============================================  ==========================
+key        meaning                                        kind
+=========  =============================================  ==========================
+``i``      (active) occupied orbitals                     base space
+``a``      (active) virtual orbitals                      base space
+``o``      frozen-core occupied orbitals                  base space, empty by default
+``g``      inactive (frozen) virtual orbitals             base space, empty by default
+``α'``     complementary auxiliary basis (CABS, F12)      base space, empty by default
+``p``      general orbitals: ``o``, ``i``, ``a``, ``g``   union
+``m``      occupied: ``o`` then ``i``                     union
+``e``      virtual: ``a`` then ``g``                      union
+``x``      active: ``i`` then ``a``                       union
+``h``      ``i``, ``a`` then ``g``                        union
+``c``      ``g`` then ``α'``                              union
+``α``      complete virtual: ``a``, ``g``, ``α'``         union
+``H``      ``i`` then ``α``                               union
+``κ``      complete: ``p`` then ``α'``                    union
+``Κ``      density-fitting auxiliary (alias ``K``)        base space
+``μ̃``      projected atomic orbitals (PAO)                base space
+``i↑`` …   spin-labelled copies of every orbital space    as their parents
+=========  =============================================  ==========================
 
 A *union* space is an ordered concatenation of base spaces: in ``p`` the ``i`` orbitals
-come first, so ``i`` is the sub-range ``[0, extent(i))`` of ``p`` and ``a`` the sub-range
+come before the ``a`` orbitals, so ``i`` is a sub-range of ``p`` and ``a`` the sub-range
 that follows. Extents are set for base spaces only; a union's extent is the sum.
+
+A base space that is *empty by default* (``o``, ``g``, ``α'``) counts as 0 elements inside
+a union until it is given an extent: with only ``i`` and ``a`` set, ``p`` is ``i`` then
+``a`` (SeQuant's minimal convention) and ``x``, ``h`` and ``κ`` equal it. Set ``o=2`` and
+``p`` becomes the 2 frozen-core orbitals, then ``i``, then ``a``. An index *in* such a
+space still needs its extent (a missing one is a :class:`~sq_jax.SpaceError`, never an
+empty tensor).
 
 Example:
     >>> from sq_jax import Spaces
     >>> s = Spaces(i=10, a=38)
     >>> s.extent("p"), s.offset_in("a", "p"), s.resolve("K")
     (48, 10, 'Κ')
-    >>> s2 = s.with_space("x", extent=50, description="test auxiliary")
-    >>> s2.extent("x")
+    >>> s2 = s.with_space("y", extent=50, description="test auxiliary")
+    >>> s2.extent("y")
     50
 """
 
@@ -47,11 +66,14 @@ class IndexSpace:
         description: a human-readable meaning, shown in error messages.
         members: for a union space, the base keys it concatenates in order; empty for a
             base space.
+        empty_by_default: for a base space, whether it counts as 0 elements inside a
+            union until it is given an extent (SeQuant's frozen core ``o``, say).
     """
 
     key: str
     description: str = ""
     members: tuple[str, ...] = ()
+    empty_by_default: bool = False
 
     @property
     def is_union(self) -> bool:
@@ -59,20 +81,50 @@ class IndexSpace:
         return bool(self.members)
 
 
+_ORBITAL_BASES = (
+    ("i", "occupied", False),
+    ("a", "virtual", False),
+    ("o", "frozen-core occupied", True),
+    ("g", "inactive (frozen) virtual", True),
+    ("α'", "complementary auxiliary basis (CABS)", True),
+)
+_ORBITAL_UNIONS = (
+    ("p", "general: o, i, a, g", ("o", "i", "a", "g")),
+    ("m", "occupied: o then i", ("o", "i")),
+    ("e", "virtual: a then g", ("a", "g")),
+    ("x", "active: i then a", ("i", "a")),
+    ("h", "i, a then g", ("i", "a", "g")),
+    ("c", "g then α'", ("g", "α'")),
+    ("α", "complete virtual: a, g, α'", ("a", "g", "α'")),
+    ("H", "i then α", ("i", "a", "g", "α'")),
+    ("κ", "complete: p then α'", ("o", "i", "a", "g", "α'")),
+)
+"""SeQuant's standard single-reference spaces (SR and F12 conventions), in its letters."""
+
+
 def _default_spaces() -> tuple[IndexSpace, ...]:
-    spaces = [
-        IndexSpace("i", "occupied"),
-        IndexSpace("a", "virtual"),
-        IndexSpace("p", "general (occupied then virtual)", ("i", "a")),
+    first = ("i", "a", "p")  # registration order is the order messages list keys in
+    unions = {key: (desc, members) for key, desc, members in _ORBITAL_UNIONS}
+    bases = {key: (desc, empty) for key, desc, empty in _ORBITAL_BASES}
+
+    def orbital(key: str, spin: str = "", label: str = "") -> IndexSpace:
+        if key in unions:
+            desc, members = unions[key]
+            return IndexSpace(key + spin, desc + label, tuple(m + spin for m in members))
+        desc, empty = bases[key]
+        return IndexSpace(key + spin, desc + label, empty_by_default=empty)
+
+    spaces = [orbital(k) for k in first]
+    spaces += [
         IndexSpace("Κ", "density-fitting auxiliary"),
         IndexSpace("μ̃", "projected atomic orbitals"),
     ]
+    rest = [k for k in (*bases, *unions) if k not in first]
     for arrow, spin in (("↑", "alpha"), ("↓", "beta")):
-        spaces += [
-            IndexSpace("i" + arrow, f"occupied, {spin} spin"),
-            IndexSpace("a" + arrow, f"virtual, {spin} spin"),
-            IndexSpace("p" + arrow, f"general, {spin} spin", ("i" + arrow, "a" + arrow)),
-        ]
+        spaces += [orbital(k, arrow, f", {spin} spin") for k in first]
+    spaces += [orbital(k) for k in rest]
+    for arrow, spin in (("↑", "alpha"), ("↓", "beta")):
+        spaces += [orbital(k, arrow, f", {spin} spin") for k in rest]
     return tuple(spaces)
 
 
@@ -154,9 +206,44 @@ class Spaces:
         return sp.members if sp.is_union else (sp.key,)
 
     def has_extent(self, key: str) -> bool:
-        """Whether every base space under ``key`` has an extent."""
+        """Whether ``key`` has an extent (a union: every member not empty by default has).
+
+        Example:
+            >>> Spaces(i=2, a=3).has_extent("p"), Spaces(i=2, a=3).has_extent("o")
+            (True, False)
+        """
         have = dict(self.extents)
-        return all(m in have for m in self.base_members(key))
+        if not self.space(key).is_union:
+            return self.resolve(key) in have
+        members = self.base_members(key)
+        return bool(self.shown_members(key)) and all(
+            m in have or self.space(m).empty_by_default for m in members
+        )
+
+    def _member_extent(self, member: str, have: Mapping[str, int]) -> int:
+        if member in have:
+            return have[member]
+        if self.space(member).empty_by_default:
+            return 0
+        raise SpaceError(
+            f"index space {member!r} has no extent; pass it, e.g. Spaces({member}=10) "
+            f"or spaces.with_extents({member}=10)."
+        )
+
+    def shown_members(self, key: str) -> tuple[str, ...]:
+        """A union's members that hold elements (shown in messages and ``str()``).
+
+        Empty-by-default members without an extent are left out: ``p`` shows as ``i, a``
+        until ``o`` or ``g`` is set.
+
+        Example:
+            >>> Spaces(i=2, a=3).shown_members("p"), Spaces(o=1).shown_members("m")
+            (('i', 'a'), ('o', 'i'))
+        """
+        have = dict(self.extents)
+        return tuple(
+            m for m in self.base_members(key) if m in have or not self.space(m).empty_by_default
+        )
 
     def extent(self, key: str) -> int:
         """The number of orbitals (elements) of space ``key``.
@@ -165,15 +252,27 @@ class Spaces:
             SpaceError: if the space is unknown or a base space under it has no extent.
         """
         have = dict(self.extents)
-        total = 0
-        for m in self.base_members(key):
-            if m not in have:
-                raise SpaceError(
-                    f"index space {m!r} has no extent; pass it, e.g. Spaces({m}=10) "
-                    f"or spaces.with_extents({m}=10)."
+        if not self.space(key).is_union:
+            canon = self.resolve(key)
+            if canon not in have:
+                hint = (
+                    " (it is empty by default only inside unions such as p)"
+                    if self.space(canon).empty_by_default
+                    else ""
                 )
-            total += have[m]
-        return total
+                raise SpaceError(
+                    f"index space {canon!r} has no extent{hint}; pass it, e.g. "
+                    f"Spaces({canon}=10) or spaces.with_extents({canon}=10)."
+                )
+            return have[canon]
+        if not self.shown_members(key):
+            members = ", ".join(self.base_members(key))
+            raise SpaceError(
+                f"index space {self.resolve(key)!r} ({members}) has no elements: its members "
+                f"are empty until given an extent; set one, e.g. "
+                f"Spaces({self.base_members(key)[0]}=10)."
+            )
+        return sum(self._member_extent(m, have) for m in self.base_members(key))
 
     def offset_in(self, sub: str, union: str) -> int:
         """Where the base or union space ``sub`` starts inside space ``union``.
@@ -185,7 +284,8 @@ class Spaces:
         n = len(inner)
         for start in range(len(outer) - n + 1):
             if outer[start : start + n] == inner:
-                return sum(self.extent(m) for m in outer[:start])
+                have = dict(self.extents)
+                return sum(self._member_extent(m, have) for m in outer[:start])
         raise SpaceError(
             f"index space {self.resolve(sub)!r} is not a contiguous part of "
             f"{self.resolve(union)!r} (which is made of {', '.join(outer)})."
@@ -241,8 +341,8 @@ class Spaces:
             SpaceError: if the key is taken, not letters, or a member is unknown.
 
         Example:
-            >>> s = Spaces(i=3, a=4).with_space("x", members=("i", "a"))
-            >>> s.extent("x")
+            >>> s = Spaces(i=3, a=4).with_space("w", members=("i", "a"))
+            >>> s.extent("w")
             7
         """
         if not key or any(ch.isdigit() or ch in "_{}<>;,: " for ch in key):
@@ -251,7 +351,12 @@ class Spaces:
                 "brackets, ';', ',', ':' or spaces (the ordinal follows the key in a label)."
             )
         if self.is_known(key):
-            raise SpaceError(f"index space {key!r} is already registered.")
+            known = self.space(key)
+            what = f"the union {' ∪ '.join(known.members)}" if known.is_union else "a base space"
+            raise SpaceError(
+                f"index space {key!r} is already registered ({known.description or what}); "
+                "use it as it is, or register yours under another key."
+            )
         flat: list[str] = []
         for m in members:
             flat.extend(self.base_members(m))
@@ -288,7 +393,7 @@ class Spaces:
             canon = self.resolve(key)
             if self.space(canon).is_union:
                 raise SpaceError(
-                    f"index space {canon!r} is a union of {', '.join(self.space(canon).members)};"
+                    f"index space {canon!r} is a union of {', '.join(self.shown_members(canon))};"
                     " set the extents of its members instead."
                 )
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -303,8 +408,13 @@ class Spaces:
         parts = []
         for sp in self.spaces:
             if sp.is_union:
+                optional_set = any(m in have and self.space(m).empty_by_default for m in sp.members)
+                if sp.key not in ("p", "p↑", "p↓") and not (
+                    optional_set and self.has_extent(sp.key)
+                ):
+                    continue  # p always; SeQuant's other unions once o, g or α' is set
                 ext = self.extent(sp.key) if self.has_extent(sp.key) else "?"
-                parts.append(f"{sp.key}={'∪'.join(sp.members)}({ext})")
+                parts.append(f"{sp.key}={'∪'.join(self.shown_members(sp.key))}({ext})")
             elif sp.key in have:
                 parts.append(f"{sp.key}={have[sp.key]}")
         return "Spaces(" + ", ".join(parts) + ")"

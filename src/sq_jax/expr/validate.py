@@ -14,6 +14,9 @@ equation and quoting the offending term:
 * ``_check_unique_definitions``: no label is defined by two equations;
 * ``_check_result_signatures``: a result used by a later equation has the (bra, ket,
   aux) signature it was defined with;
+* :func:`result_read_problems`: equations are a program — a result is read only by
+  *later* equations (never by itself or an earlier one), with the slot spaces it was
+  defined with, distinct indices, and (for a scalar result) not under a power or ``^*``;
 * ``_check_rank_overloading`` (only with ``allow_rank_overloading=False``): one
   signature per label.
 
@@ -54,7 +57,7 @@ from .nodes import (
 from .serialize import serialize
 from .spaces import DEFAULT_SPACES, Spaces
 
-__all__ = ["validate"]
+__all__ = ["result_read_problems", "validate"]
 
 _MAX_BULLETS = 25
 _MAX_QUOTE = 160
@@ -105,6 +108,7 @@ def validate(
     problems += _check_label_kinds(items)
     problems += _check_unique_definitions(items)
     problems += _check_result_signatures(items)
+    problems += _read_problems(items)
     if not allow_rank_overloading:
         problems += _check_rank_overloading(items)
     if not problems:
@@ -357,4 +361,98 @@ def _check_rank_overloading(items: list[_Item]) -> list[str]:
                 f"({uses}) but allow_rank_overloading=False; rename all but one, or allow "
                 "rank overloading."
             )
+    return problems
+
+
+def result_read_problems(equations: Iterable[Equation]) -> list[str]:
+    """Where equations read results they may not read (one message per violation).
+
+    Equations are a program: a result (the left-hand side's label) read by a *later*
+    equation is the value the defining equation computes, not an input. Reading a result
+    in its own equation or in an earlier one, with other slot spaces than it was defined
+    with, with a repeated index (a trace), or — for a scalar result — under a power or a
+    conjugation is reported here.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> eqs = sq.parse("R{a1;i1} = X{a1;i1}", validate=False)
+        >>> eqs += sq.parse("X{a1;i1} = f{a1;i1}", validate=False)
+        >>> print(result_read_problems(eqs)[0][:72])
+        equation `R` (#1) reads `X{a_1;i_1}`, but `X` is computed later, by equa
+    """
+    return _read_problems(_items(tuple(equations)))
+
+
+def _result_name(node: Expr) -> str | None:
+    if isinstance(node, Tensor):
+        return node.label
+    if isinstance(node, Variable):
+        return node.name
+    return None
+
+
+def _read_problems(items: list[_Item]) -> list[str]:
+    defined: dict[str, tuple[int, _Item]] = {}
+    for k, item in enumerate(items):
+        if item.lhs is not None:
+            defined.setdefault(
+                item.lhs.label if isinstance(item.lhs, Tensor) else item.lhs.name, (k, item)
+            )
+    problems: list[str] = []
+    for k, item in enumerate(items):
+        for node in _walk(item.rhs):
+            if isinstance(node, Power) and _result_name(node.base) in defined:
+                problems.append(
+                    f"{item.where}: {_quote(node)} raises the computed result "
+                    f"`{_result_name(node.base)}` to a power; only products of results are "
+                    "supported. Write the product out (`E E` for `E^(2)`)."
+                )
+                continue
+            name = _result_name(node)
+            if name is None or name not in defined:
+                continue
+            j, source = defined[name]
+            if j == k:
+                problems.append(
+                    f"{item.where} reads {_quote(node)}, its own result; an equation cannot "
+                    "read the value it defines. Rename the input or the result."
+                )
+            elif j > k:
+                problems.append(
+                    f"{item.where} reads {_quote(node)}, but `{name}` is computed later, by "
+                    f"{source.where}; move that equation before this one, or rename the "
+                    "input if it is not that result."
+                )
+            elif isinstance(node, Variable) and node.conjugated:
+                problems.append(
+                    f"{item.where}: {_quote(node)} conjugates the computed result `{name}`; "
+                    f"results are real, write `{name}` without '^*'."
+                )
+            elif isinstance(node, Tensor) and isinstance(source.lhs, Tensor):
+                problems += _tensor_read_problems(item, node, source)
+    return problems
+
+
+def _tensor_read_problems(item: _Item, read: Tensor, source: _Item) -> list[str]:
+    result = source.lhs
+    assert isinstance(result, Tensor)
+    if read.signature != result.signature:
+        return []  # _check_result_signatures reports it
+    problems = []
+    got = tuple(ix.space for ix in read.indices)
+    want = tuple(ix.space for ix in result.indices)
+    if got != want:
+        problems.append(
+            f"{item.where} reads {_quote(read)} with slot spaces ({', '.join(got)}), but "
+            f"{source.where} computes {_quote(result)} with ({', '.join(want)}); read it "
+            "with the spaces it is defined with."
+        )
+    repeated = sorted(str(i) for i, n in Counter(read.indices).items() if n > 1)
+    if repeated:
+        problems.append(
+            f"{item.where} reads the computed result {_quote(read)} with repeated index "
+            f"{', '.join(f'`{r}`' for r in repeated)}; a trace of a computed result is not "
+            "supported: read it with distinct indices, or take the trace in the equation that "
+            "defines it."
+        )
     return problems

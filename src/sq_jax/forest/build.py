@@ -16,6 +16,12 @@
 5. chains the summands into a left-deep chain of binary SUM nodes carrying each
    summand's coefficient; a single term's coefficient goes to :attr:`Root.coef` instead.
 
+Equations are a program: a tensor (or variable) whose label an *earlier* equation defines
+reads that equation's tree — relabeled onto the read's indices (summed labels get fresh
+ordinals), its coefficient folded into the term's — instead of an input; CSE then makes
+it one value with the defining equation's. ``outputs=`` keeps only some results as roots:
+the others live on inside the trees that read them (never materialised as outputs).
+
 A term's result labels are the left-hand side's indices (none for a variable). A label
 on two operands and not in the result is summed, one in the result stays (a Hadamard
 product when it is on two operands); a label on only one operand must be in the result.
@@ -45,11 +51,12 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from .._errors import ExpressionError, SpaceError
+from .._errors import ExpressionError, PlanError, SpaceError
 from ..expr.nodes import (
     Constant,
     Equation,
@@ -63,21 +70,33 @@ from ..expr.nodes import (
     Variable,
 )
 from ..expr.spaces import Spaces
+from ..expr.validate import result_read_problems
 from ._permsum import group_permuted
 from .binarize import binarize, count_labels, resolve_optimizer
 from .canon import leaf_node, scalar_node, sum_node
-from .nodes import EvalNode, Forest, Root
+from .inputs import input_names
+from .nodes import EvalNode, Forest, NodeKind, Root
 
-__all__ = ["build_forest"]
+__all__ = ["build_forest", "select_outputs"]
 
 _RESERVED = {"Â": "antisymmetrizer", "Ŝ": "symmetrizer", "P̂": "transposition operator"}
 _MAX_TEXT = 160
 
 
 def build_forest(
-    equations: Iterable[Equation] | Equation, spaces: Spaces, *, optimize: Any = "auto"
+    equations: Iterable[Equation] | Equation,
+    spaces: Spaces,
+    *,
+    optimize: Any = "auto",
+    outputs: Sequence[str] | None = None,
 ) -> Forest:
     """Binarize and CSE-fold ``equations`` into an eval forest, one root per equation.
+
+    Equations are a program: a tensor (or variable) whose label is the result of an
+    *earlier* equation reads that equation's value — its tree, relabeled onto the read's
+    indices, becomes an operand, scheduled and batched like any other node — instead of
+    an input. ``outputs`` selects which results are roots of the forest (returned by the
+    compiled program); the others stay internal to the trees that read them.
 
     Args:
         equations: the equations, e.g. from :func:`sq_jax.parse` (or one equation).
@@ -87,6 +106,8 @@ def build_forest(
             binary trees up to 6 operands, opt_einsum's ``"dp"`` beyond; see
             :mod:`sq_jax.forest.binarize`), an opt_einsum optimizer name such as
             ``"optimal"`` or ``"greedy"``, or an ``opt_einsum.paths.PathOptimizer``.
+        outputs: the result labels to keep as roots, e.g. ``("R",)``; ``None`` (the
+            default) keeps every equation's result.
 
     Returns:
         The forest; ``str(forest)`` lists its distinct values.
@@ -94,8 +115,10 @@ def build_forest(
     Raises:
         ExpressionError: for a normal operator, an unexpanded ``Â``/``Ŝ``/``P̂``, a
             proto-index, an index that is on one factor only but not on the left-hand
-            side, a left-hand-side index missing from a term, or an empty sum.
+            side, a left-hand-side index missing from a term, an empty sum, or a result
+            read by its own or an earlier equation (or with other slot spaces).
         SpaceError: for an index whose space is unknown or has no extent.
+        PlanError: for ``outputs`` naming no result or an unknown one.
         ValueError: for an unknown ``optimize``.
 
     Example:
@@ -111,14 +134,60 @@ def build_forest(
     """
     eqs = (equations,) if isinstance(equations, Equation) else tuple(equations)
     resolve_optimizer(optimize, 0)  # fail early on a bad optimizer name
-    roots = []
+    read_problems = result_read_problems(eqs)
+    if read_problems:
+        raise ExpressionError("cannot build the eval forest:\n- " + "\n- ".join(read_problems))
+    keep = select_outputs(outputs, [eq.name for eq in eqs])
+    results: dict[str, Root] = {}
     for eq in eqs:
         _check_equation(eq, spaces)  # must run first: the builder assumes checked input
-        node, coef = _build_sum(_split_terms(eq.rhs), _lhs_labels(eq), eq, spaces, optimize)
+        builder = _Builder(eq, spaces, optimize, results)
+        node, coef = builder.build_sum(_split_terms(eq.rhs), _lhs_labels(eq))
         lhs_is_tensor = isinstance(eq.lhs, Tensor)
         indices = eq.lhs.indices if isinstance(eq.lhs, Tensor) else ()
-        roots.append(Root(eq.name, indices, node, coef, lhs_is_tensor))
-    return Forest(tuple(roots), spaces)
+        results[eq.name] = Root(eq.name, indices, node, coef, lhs_is_tensor)
+    kept = tuple(root for name, root in results.items() if name in keep)
+    forest = Forest(kept, spaces)
+    if len(kept) == len(results):
+        return forest
+    everything = Forest(tuple(results.values()), spaces)
+    return Forest(kept, spaces, input_names(everything) - input_names(forest))
+
+
+def select_outputs(outputs: Sequence[str] | None, names: Sequence[str]) -> frozenset[str]:
+    """The result labels to return: ``outputs`` checked against the equations' ``names``.
+
+    Raises:
+        PlanError: ``outputs`` is a bare string, empty, or names a label no equation
+            computes (the message lists the known results).
+
+    Example:
+        >>> sorted(select_outputs(None, ["X", "R"])), sorted(select_outputs(["R"], ["X", "R"]))
+        (['R', 'X'], ['R'])
+    """
+    if outputs is None:
+        return frozenset(names)
+    known = ", ".join(f"`{n}`" for n in names) or "none"
+    if isinstance(outputs, str) or not isinstance(outputs, Iterable):
+        raise PlanError(
+            f"outputs must be a sequence of result labels such as ('R',), got {outputs!r}; "
+            f"known results: {known}."
+        )
+    wanted = list(outputs)
+    unknown = [o for o in wanted if not isinstance(o, str) or o not in names]
+    if unknown:
+        raise PlanError(
+            f"outputs names {', '.join(repr(o) for o in unknown)}, which no equation "
+            f"computes; known results: {known}. Pass some of them, e.g. outputs=({names[-1]!r},)."
+            if names
+            else f"outputs={outputs!r} but there are no equations."
+        )
+    if not wanted:
+        raise PlanError(
+            f"outputs=() returns nothing; name at least one result (known: {known}), or pass "
+            "outputs=None for all of them."
+        )
+    return frozenset(wanted)
 
 
 # -- checks ------------------------------------------------------------------------------
@@ -256,32 +325,126 @@ def _lhs_labels(eq: Equation) -> tuple[Index, ...]:
     return eq.lhs.indices if isinstance(eq.lhs, Tensor) else ()
 
 
-def _operands(
-    factors: Sequence[Expr], result: Sequence[Index], eq: Equation, spaces: Spaces, optimize: Any
-) -> tuple[list[EvalNode], Fraction]:
-    """One term's operand nodes (a nested sum is its own SUM chain) and extra scalar."""
-    operands: list[EvalNode] = []
-    scalar = Fraction(1)
-    for n, factor in enumerate(factors):
-        if isinstance(factor, Tensor):
-            operands.append(leaf_node(factor))
-        elif isinstance(factor, (Variable, Power)):
-            operands.append(scalar_node(factor))
-        elif isinstance(factor, Sum):
-            # keep what the rest of the product needs: the result's labels, then the
-            # sibling factors' labels, in order of appearance (this order only breaks ties)
-            needed = dict.fromkeys(result)
-            for k, other in enumerate(factors):
-                if k != n:
-                    needed.update(dict.fromkeys(_ordered_labels(other)))
-            mine = set(_ordered_labels(factor))
-            inner = tuple(ix for ix in needed if ix in mine)
-            node, coef = _build_sum(_split_terms(factor), inner, eq, spaces, optimize)
-            operands.append(node)
-            scalar *= coef
-        else:  # pragma: no cover - _check_equation rejects everything else
-            raise ExpressionError(f"cannot evaluate factor `{_text(factor)}`.")
-    return operands, scalar
+class _Builder:
+    """Builds one equation's tree; reads of earlier results become their relabeled trees."""
+
+    def __init__(
+        self, eq: Equation, spaces: Spaces, optimize: Any, results: Mapping[str, Root]
+    ) -> None:
+        self.eq, self.spaces, self.optimize, self.results = eq, spaces, optimize, results
+        # fresh ordinals for the summed labels of a read result: above any the equation uses
+        used = [
+            ix.ordinal for node in _walk(eq.rhs) if isinstance(node, Tensor) for ix in node.indices
+        ]
+        used += [ix.ordinal for ix in _lhs_labels(eq)]
+        self.next_ordinal = max(used, default=0) + 1
+
+    def operands(
+        self, factors: Sequence[Expr], result: Sequence[Index]
+    ) -> tuple[list[EvalNode], Fraction]:
+        """One term's operand nodes (a nested sum is its own SUM chain) and extra scalar."""
+        operands: list[EvalNode] = []
+        scalar = Fraction(1)
+        for n, factor in enumerate(factors):
+            read = self.results.get(_read_name(factor))
+            if read is not None:
+                operands.append(self.read(factor, read))
+                scalar *= read.coef
+            elif isinstance(factor, Tensor):
+                operands.append(leaf_node(factor))
+            elif isinstance(factor, (Variable, Power)):
+                operands.append(scalar_node(factor))
+            elif isinstance(factor, Sum):
+                # keep what the rest of the product needs: the result's labels, then the
+                # sibling factors' labels, in order of appearance (this order only breaks ties)
+                needed = dict.fromkeys(result)
+                for k, other in enumerate(factors):
+                    if k != n:
+                        needed.update(dict.fromkeys(_ordered_labels(other)))
+                mine = set(_ordered_labels(factor))
+                inner = tuple(ix for ix in needed if ix in mine)
+                node, coef = self.build_sum(_split_terms(factor), inner)
+                operands.append(node)
+                scalar *= coef
+            else:  # pragma: no cover - _check_equation rejects everything else
+                raise ExpressionError(f"cannot evaluate factor `{_text(factor)}`.")
+        return operands, scalar
+
+    def read(self, factor: Expr, root: Root) -> EvalNode:
+        """``root``'s tree with its result labels renamed to the read's, others fresh.
+
+        The tree keeps its keys (they are label-blind), so the value is shared with the
+        defining equation's; only the labels of this occurrence change. Summed labels get
+        ordinals no other index of this equation uses, so they never meet the reader's.
+        """
+        slots = factor.indices if isinstance(factor, Tensor) else ()
+        names: dict[Index, Index] = dict(zip(root.indices, slots, strict=True))
+
+        def rename(ix: Index) -> Index:
+            if ix not in names:
+                names[ix] = Index(ix.space, self.next_ordinal)
+                self.next_ordinal += 1
+            return names[ix]
+
+        done: dict[int, EvalNode] = {}
+        stack: list[tuple[EvalNode, bool]] = [(root.node, False)]
+        while stack:  # iterative post-order: sum chains can be thousands deep
+            node, expanded = stack.pop()
+            if id(node) in done:
+                continue
+            if node.kind is NodeKind.SCALAR:
+                done[id(node)] = node
+            elif node.kind is NodeKind.LEAF:
+                t = node.tensor
+                assert t is not None
+                bra, ket, aux = (tuple(map(rename, g)) for g in (t.bra, t.ket, t.aux))
+                tensor = dataclasses.replace(t, bra=bra, ket=ket, aux=aux)
+                done[id(node)] = dataclasses.replace(node, indices=tensor.indices, tensor=tensor)
+            elif not expanded:
+                stack += [(node, True), (node.right, False), (node.left, False)]  # type: ignore[list-item]
+            else:
+                left, right = done[id(node.left)], done[id(node.right)]
+                indices = tuple(map(rename, node.indices))
+                done[id(node)] = dataclasses.replace(node, indices=indices, left=left, right=right)
+        return done[id(root.node)]
+
+    def build_sum(
+        self, terms: Sequence[Expr], result: Sequence[Index]
+    ) -> tuple[EvalNode, Fraction]:
+        """The left-deep SUM chain of ``terms`` (coefficient 1), or one term's node and scalar.
+
+        Permuted copies are grouped first (:func:`~sq_jax.forest._permsum.group_permuted`).
+        The chain keeps the first summand's canonical mode order all the way up, so its keys
+        do not depend on how the left-hand side orders its indices.
+        """
+        built: list[tuple[EvalNode, Fraction]] = []
+        for term in terms:
+            coef, factors = _flatten_product(term)
+            operands, inner_coef = self.operands(factors, result)
+            _check_term_labels(operands, result, term, self.eq)
+            built.append(
+                (binarize(operands, result, self.spaces, self.optimize), coef * inner_coef)
+            )
+        first: tuple[EvalNode, Fraction] | None = None
+        chain: EvalNode | None = None
+        for node, coef in group_permuted(built, result):
+            if first is None:
+                first = (node, coef)
+            elif chain is None:
+                chain = sum_node(first[0], first[1], node, coef, first[0].indices)
+            else:
+                chain = sum_node(chain, Fraction(1), node, coef, chain.indices)
+        assert first is not None  # _split_terms never returns no terms
+        return first if chain is None else (chain, Fraction(1))
+
+
+def _read_name(factor: Expr) -> str | None:
+    """The label a factor would read a result under (a tensor's label or a variable)."""
+    if isinstance(factor, Tensor):
+        return factor.label
+    if isinstance(factor, Variable):
+        return factor.name
+    return None
 
 
 def _check_term_labels(
@@ -307,31 +470,3 @@ def _check_term_labels(
         raise ExpressionError(
             f"in equation `{eq.name}`, term `{_text(term)}`: " + " ".join(problems)
         )
-
-
-def _build_sum(
-    terms: Sequence[Expr], result: Sequence[Index], eq: Equation, spaces: Spaces, optimize: Any
-) -> tuple[EvalNode, Fraction]:
-    """The left-deep SUM chain of ``terms`` (coefficient 1), or one term's node and scalar.
-
-    Permuted copies are grouped first (:func:`~sq_jax.forest._permsum.group_permuted`).
-    The chain keeps the first summand's canonical mode order all the way up, so its keys
-    do not depend on how the left-hand side orders its indices.
-    """
-    built: list[tuple[EvalNode, Fraction]] = []
-    for term in terms:
-        coef, factors = _flatten_product(term)
-        operands, inner_coef = _operands(factors, result, eq, spaces, optimize)
-        _check_term_labels(operands, result, term, eq)
-        built.append((binarize(operands, result, spaces, optimize), coef * inner_coef))
-    first: tuple[EvalNode, Fraction] | None = None
-    chain: EvalNode | None = None
-    for node, coef in group_permuted(built, result):
-        if first is None:
-            first = (node, coef)
-        elif chain is None:
-            chain = sum_node(first[0], first[1], node, coef, first[0].indices)
-        else:
-            chain = sum_node(chain, Fraction(1), node, coef, chain.indices)
-    assert first is not None  # _split_terms never returns no terms
-    return first if chain is None else (chain, Fraction(1))

@@ -16,8 +16,9 @@ An input can be given in two ways:
   contains the slot's space (the slot's own space or a union such as ``p`` = ``i`` then
   ``a``), recognised by its length, and the block is cut out of it.
 
-A block given explicitly wins over the full tensor. Scalars (variables such as ``ω``) are
-given under their name. Tensors with one label and two signatures (``t{a;i}`` and
+A block and the full tensor of the same label cannot both be given (which one to read
+would be ambiguous): an :class:`~sq_jax.InputError` says to pass one. Scalars (variables
+such as ``ω``) are given under their name. Tensors with one label and two signatures (``t{a;i}`` and
 ``t{a,a;i,i}``) are distinct inputs; give them as blocks or as full tensors of the right
 rank.
 
@@ -45,7 +46,14 @@ from ..expr.nodes import Tensor, Variable
 from ..expr.spaces import Spaces
 from .nodes import EvalNode, Forest, NodeKind
 
-__all__ = ["InputSpec", "bind_inputs", "block_key", "input_specs"]
+__all__ = [
+    "InputSpec",
+    "bind_inputs",
+    "block_key",
+    "check_input_mapping",
+    "input_names",
+    "input_specs",
+]
 
 
 def block_key(tensor: Tensor) -> str:
@@ -141,6 +149,18 @@ def input_specs(forest: Forest) -> tuple[InputSpec, ...]:
     return tuple(specs.values())
 
 
+def input_names(forest: Forest) -> frozenset[str]:
+    """Every name an input of ``forest`` may be given under: labels and block keys.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> f = sq.build_forest(sq.parse("E = f{i1;a1} t{a1;i1}"), sq.Spaces(i=2, a=3))
+        >>> sorted(input_names(f))
+        ['f', 'f{i;a}', 't', 't{a;i}']
+    """
+    return frozenset(n for s in input_specs(forest) for n in (s.label, s.block_key))
+
+
 def _full_tensor_block(spec: InputSpec, array: Any, spaces: Spaces, xp: Any) -> Any:
     """Cut ``spec``'s block out of a full tensor given under the bare label."""
     shape = tuple(array.shape)
@@ -153,8 +173,17 @@ def _full_tensor_block(spec: InputSpec, array: Any, spaces: Spaces, xp: Any) -> 
         )
     index: list[slice] = []
     for axis, (space, length) in enumerate(zip(spec.slot_spaces, shape, strict=True)):
-        candidates = spaces.containers(space)
-        match = next((c for c in candidates if spaces.extent(c) == length), None)
+        candidates = [c for c in spaces.containers(space) if spaces.has_extent(c)]
+        fits = [c for c in candidates if spaces.extent(c) == length]
+        match = fits[0] if fits else None
+        if len({spaces.offset_in(space, c) for c in fits}) > 1:
+            where = ", ".join(f"{c} (at {spaces.offset_in(space, c)})" for c in fits)
+            raise InputError(
+                f"input {spec.label!r} axis {axis} has length {length}, which fits several "
+                f"spaces that hold slot {axis}'s space {space!r} at different places: "
+                f"{where}. Pass the block as inputs[{spec.block_key!r}] with shape "
+                f"{spec.shape} instead."
+            )
         if match is None:
             options = ", ".join(f"{c} ({spaces.extent(c)})" for c in candidates)
             raise InputError(
@@ -168,22 +197,86 @@ def _full_tensor_block(spec: InputSpec, array: Any, spaces: Spaces, xp: Any) -> 
     return array[tuple(index)]
 
 
+def _dtype_name(dtype: Any) -> str:
+    """A dtype as users write it: ``bfloat16`` rather than numpy's ``V2``/``<V2``."""
+    name = getattr(dtype, "name", None) or str(dtype)
+    if name.startswith(("void", "V", "<V", "|V")) and "bfloat16" in repr(dtype):
+        return "bfloat16"
+    return name
+
+
 def _as_array(name: str, value: Any, xp: Any) -> Any:
-    if xp is np:
+    arr = value
+    if xp is np or not (hasattr(value, "dtype") and hasattr(value, "shape")):
         try:
             arr = np.asarray(value)
-        except Exception as err:  # pragma: no cover - numpy's own message is kept
-            raise InputError(f"input {name!r} could not be read as an array: {err}") from err
-    else:
-        arr = value if hasattr(value, "dtype") and hasattr(value, "shape") else xp.asarray(value)
-    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.complexfloating)):
-        if np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_:
-            arr = arr.astype(np.float64) if xp is np else xp.asarray(arr, dtype=np.float64)
-        else:
+        except Exception as err:
             raise InputError(
-                f"input {name!r} has dtype {arr.dtype}; expected a floating-point array."
-            )
-    return arr
+                f"input {name!r} ({type(value).__name__}) could not be read as an array "
+                f"({err}); pass a NumPy or JAX array of float64."
+            ) from None
+    if _is_float(_check_dtype(name, arr.dtype)):
+        return arr if xp is np or not isinstance(arr, np.ndarray) else xp.asarray(arr)
+    return arr.astype(np.float64) if xp is np else xp.asarray(arr, dtype=np.float64)
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    return bool(np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating))
+
+
+def _check_dtype(name: str, raw: Any) -> np.dtype:
+    """The numpy dtype of an input, or an InputError for a non-numeric one."""
+    try:
+        dtype = np.dtype(raw)
+    except TypeError:
+        dtype = np.dtype(object)
+    if _is_float(dtype) or np.issubdtype(dtype, np.integer) or dtype == np.bool_:
+        return dtype
+    raise InputError(
+        f"input {name!r} has dtype {_dtype_name(dtype)}; expected a floating-point array "
+        "(float64; float32 and complex are accepted, integers and booleans are converted to "
+        "float64). Convert it with np.asarray(x, dtype=np.float64)."
+    )
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """A dtype as users write it: ``bfloat16`` (ml_dtypes' name), never a void type."""
+    if dtype.kind == "V" and "bfloat16" in repr(dtype.type):
+        return "bfloat16"
+    return str(dtype)
+
+
+def check_input_mapping(inputs: Any) -> None:
+    """Check what can be checked without a forest: a mapping, string keys, numeric dtypes.
+
+    Raises:
+        InputError: ``inputs`` is not a mapping, a key is not a string, or a value's
+            dtype is not numeric (object, string, bfloat16 …).
+
+    Example:
+        >>> import numpy as np
+        >>> check_input_mapping({"f": np.eye(2)})
+        >>> try:
+        ...     check_input_mapping({"f": np.array(["x"])})
+        ... except InputError as err:
+        ...     print(str(err)[:38])
+        input 'f' has dtype <U1; expected a fl
+    """
+    if not isinstance(inputs, Mapping):
+        raise InputError(
+            f"inputs must be a mapping (a dict) of arrays keyed by block key or label, got "
+            f"{type(inputs).__name__}; e.g. {{'t{{a;i}}': t1, 'g': g}}."
+        )
+    bad_keys = [k for k in inputs if not isinstance(k, str)]
+    if bad_keys:
+        raise InputError(
+            f"input key(s) {', '.join(f'{k!r} ({type(k).__name__})' for k in bad_keys)} are "
+            "not strings; key every input by its block key (e.g. 'g{i,i;a,a}'), its label "
+            "('g') or its variable name."
+        )
+    for name, value in inputs.items():
+        if hasattr(value, "dtype"):
+            _check_dtype(name, value.dtype)
 
 
 def bind_inputs(forest: Forest, inputs: Mapping[str, Any], *, xp: Any = np) -> dict[str, Any]:
@@ -199,8 +292,10 @@ def bind_inputs(forest: Forest, inputs: Mapping[str, Any], *, xp: Any = np) -> d
         A dict from block key (or variable name) to an array of the block's shape.
 
     Raises:
-        InputError: for a missing input, a wrong shape, rank or dtype, or an input key
-            that no leaf reads.
+        InputError: for inputs that are not a mapping, a key that is not a string, a
+            block given together with the full tensor of its label, a missing input, a
+            wrong shape, rank or dtype (object, string, bfloat16 …), or an input key that
+            no leaf reads.
 
     Example:
         >>> import numpy as np, sq_jax as sq
@@ -208,10 +303,22 @@ def bind_inputs(forest: Forest, inputs: Mapping[str, Any], *, xp: Any = np) -> d
         >>> bind_inputs(forest, {"f": np.diag([1.0, 2.0, 3.0])})["f{i;i}"].tolist()
         [[1.0, 0.0], [0.0, 2.0]]
     """
+    check_input_mapping(inputs)
     specs = input_specs(forest)
     labels = {s.label for s in specs}
     keys = {s.block_key for s in specs}
-    unknown = [k for k in inputs if k not in keys and k not in labels]
+    both = sorted(
+        f"{s.block_key!r} and {s.label!r}"
+        for s in specs
+        if s.block_key != s.label and s.block_key in inputs and s.label in inputs
+    )
+    if both:
+        raise InputError(
+            f"input(s) {'; '.join(both)} give the same tensor twice, as a block and as the "
+            "full tensor; pass one of them (the block key, or the full tensor under the "
+            "bare label)."
+        )
+    unknown = [k for k in inputs if k not in keys | labels | forest.unread_inputs]
     if unknown:
         raise InputError(
             f"input(s) {', '.join(repr(k) for k in unknown)} are not read by any leaf; "

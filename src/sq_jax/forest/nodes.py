@@ -162,6 +162,9 @@ class Forest:
     """One tree per equation."""
     spaces: Spaces
     """The index spaces (with extents) the forest was built for."""
+    unread_inputs: frozenset[str] = frozenset()
+    """Input names (labels and block keys) that only equations left out of the roots by
+    ``outputs=`` read: accepted as inputs and ignored, never reported as unknown."""
 
     # -- walks (all iterative: sum chains can be thousands deep) -------------------------
 

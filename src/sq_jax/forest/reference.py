@@ -31,7 +31,7 @@ import numpy as np
 from .._errors import ExpressionError
 from ..expr.nodes import Constant, Equation, Index, Power, Variable
 from ..expr.spaces import Spaces
-from .inputs import bind_inputs, block_key
+from .inputs import bind_inputs, block_key, input_names
 from .nodes import EvalNode, Forest, NodeKind
 
 __all__ = ["evaluate_forest", "evaluate_reference", "evaluate_reference_jax", "scalar_value"]
@@ -150,25 +150,36 @@ def _compute(node: EvalNode, values: Mapping[str, Any], blocks: Mapping[str, Any
     return _coef(node.left_coef) * a + _coef(node.right_coef) * b
 
 
-def _as_forest(source: Forest | Sequence[Equation] | str, spaces: Spaces | None) -> Forest:
+def _as_forest(
+    source: Forest | Sequence[Equation] | str,
+    spaces: Spaces | None,
+    outputs: Sequence[str] | None = None,
+) -> Forest:
     from ..expr.parse import parse
-    from .build import build_forest  # the builder imports this package's nodes
+    from .build import build_forest, select_outputs  # the builder imports this package
 
     if isinstance(source, Forest):
-        return source
+        keep = select_outputs(outputs, [root.name for root in source.roots])
+        if len(keep) == len(source.roots):
+            return source
+        kept = Forest(tuple(r for r in source.roots if r.name in keep), source.spaces)
+        unread = input_names(source) - input_names(kept)
+        return Forest(kept.roots, source.spaces, source.unread_inputs | unread)
     if spaces is None:
         raise ExpressionError(
             "evaluate_reference needs `spaces` (with extents) when given equations; "
             "pass e.g. sq.Spaces(i=10, a=38), or pass a Forest."
         )
     equations = parse(source, spaces=spaces) if isinstance(source, str) else tuple(source)
-    return build_forest(equations, spaces)
+    return build_forest(equations, spaces, outputs=outputs)
 
 
 def evaluate_reference(
     source: Forest | Sequence[Equation] | str,
     spaces: Spaces | None,
     inputs: Mapping[str, Any],
+    *,
+    outputs: Sequence[str] | None = None,
 ) -> dict[str, np.ndarray]:
     """Evaluate equations with ``numpy.einsum``, unbatched: the test oracle.
 
@@ -177,12 +188,16 @@ def evaluate_reference(
         spaces: index spaces with extents (ignored when ``source`` is a Forest).
         inputs: input tensors, see :mod:`sq_jax.forest.inputs` for the naming
             (block key such as ``"g{i,i;a,a}"``, or the full tensor under ``"g"``).
+        outputs: the result labels to return (``None``: every equation's). As in
+            :func:`sq_jax.compile`, a result read by a later equation is that equation's
+            value, not an input.
 
     Returns:
-        One NumPy array per equation name; modes in the order of the left-hand side.
+        One NumPy array per returned result; modes in the order of the left-hand side.
 
     Raises:
         InputError: for missing or mis-shaped inputs.
+        PlanError: for ``outputs`` naming an unknown result.
 
     Example:
         >>> import numpy as np, sq_jax as sq
@@ -190,7 +205,7 @@ def evaluate_reference(
         >>> float(out["E"])
         2.0
     """
-    forest = _as_forest(source, spaces)
+    forest = _as_forest(source, spaces, outputs)
     blocks = bind_inputs(forest, inputs, xp=np)
     return evaluate_forest(forest, blocks, xp=np)
 
@@ -199,8 +214,12 @@ def evaluate_reference_jax(
     source: Forest | Sequence[Equation] | str,
     spaces: Spaces | None,
     inputs: Mapping[str, Any],
+    *,
+    outputs: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The ``jax.numpy`` twin of :func:`evaluate_reference`: traceable and differentiable.
+
+    Takes the same arguments as :func:`evaluate_reference`.
 
     Example:
         >>> import jax, jax.numpy as jnp, sq_jax as sq
@@ -211,6 +230,6 @@ def evaluate_reference_jax(
     """
     import jax.numpy as jnp
 
-    forest = _as_forest(source, spaces)
+    forest = _as_forest(source, spaces, outputs)
     blocks = bind_inputs(forest, inputs, xp=jnp)
     return evaluate_forest(forest, blocks, xp=jnp)

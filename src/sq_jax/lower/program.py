@@ -25,7 +25,7 @@ import equinox as eqx
 import jax
 
 from .._errors import InputError
-from ..forest.inputs import bind_inputs
+from ..forest.inputs import bind_inputs, check_input_mapping
 from ..forest.nodes import Forest
 from ..schedule import ScheduledForest
 from ..schedule.cost import schedule_flops
@@ -170,10 +170,7 @@ class Program(eqx.Module):
 
 
 def _check_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
-    if not isinstance(inputs, Mapping):
-        raise InputError(
-            f"inputs must be a mapping from names to arrays, got {type(inputs).__name__}."
-        )
+    check_input_mapping(inputs)  # before jit: keys and dtypes jax cannot trace
     out = {}
     for name, value in inputs.items():
         if not (hasattr(value, "shape") and hasattr(value, "dtype")) and not isinstance(

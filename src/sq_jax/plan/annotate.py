@@ -234,6 +234,8 @@ def annotate(forest: Forest, plan: BatchPlan) -> AnnotatedForest:
     Returns:
         The annotated forest (the plan with its space keys resolved).
 
+    A space cut into one batch opens no loop (the unbatched program, exactly).
+
     Raises:
         PlanError: if the plan names a space ``forest.spaces`` does not know.
 
@@ -248,6 +250,12 @@ def annotate(forest: Forest, plan: BatchPlan) -> AnnotatedForest:
         [('root 0 @0', ['i_1 External'])]
     """
     plan = plan.resolved(forest.spaces)
+    ann = AnnotatedForest(forest, plan)
+
+    def batched(ix: Index, kind: LoopKind) -> bool:
+        # a loop of one batch is no loop: the unbatched program, exactly
+        return plan.is_batched(ix.space, kind) and ann.num_batches(ix) > 1
+
     opens: dict[OccurrenceId, list[LoopOpen]] = {}
     for r, root in enumerate(forest.roots):
         sites = _external_sites(root.node, plan.external_site)
@@ -257,12 +265,12 @@ def annotate(forest: Forest, plan: BatchPlan) -> AnnotatedForest:
                 here += [
                     LoopOpen(ix, LoopKind.EXTERNAL)
                     for ix in dict.fromkeys(node.indices)
-                    if plan.is_batched(ix.space, LoopKind.EXTERNAL)
+                    if batched(ix, LoopKind.EXTERNAL)
                 ]
             here += [
                 LoopOpen(ix, LoopKind.CONTRACTED)
                 for ix in summed_indices(node)
-                if plan.is_batched(ix.space, LoopKind.CONTRACTED)
+                if batched(ix, LoopKind.CONTRACTED)
             ]
             if here:
                 opens[OccurrenceId(r, pos)] = here

@@ -23,14 +23,14 @@ Example:
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from .._errors import PlanError, SqJaxError
 from ..expr.spaces import Spaces
 
-__all__ = ["BatchPlan", "LoopKind", "SpaceBatch"]
+__all__ = ["BatchPlan", "LoopKind", "SpaceBatch", "check_mode_order"]
 
 
 class LoopKind(enum.Enum):
@@ -148,17 +148,38 @@ class BatchPlan:
         ``roles`` is ``"external"``, ``"contracted"`` or ``"both"`` (the default).
 
         Raises:
-            PlanError: for an unknown role or a bad count.
+            PlanError: for something other than a mapping (e.g. the text ``"a=2"``), a
+                key that is not a space name, an unknown role or field, or a bad count.
 
         Example:
             >>> str(BatchPlan.of({"a": {"batches": 2, "roles": "external"}}))
             'BatchPlan(a: 2 batches [external])'
         """
+        if not isinstance(batches, Mapping):
+            hint = ""
+            if isinstance(batches, str) and "=" in batches:
+                key, _, value = batches.partition("=")
+                hint = f" (for {batches!r} write {{{key.strip()!r}: {value.strip()}}})"
+            raise PlanError(
+                f"batch must be a mapping such as {{'a': 4}} or a BatchPlan, got "
+                f"{type(batches).__name__} {batches!r}{hint}."
+            )
         out = []
         for space, spec in batches.items():
+            if not isinstance(space, str):
+                raise PlanError(
+                    f"batch plan key {space!r} ({type(space).__name__}) is not a space name; "
+                    "key the plan by index space, e.g. {'a': 4}."
+                )
             if isinstance(spec, Mapping):
+                extra = sorted(map(str, set(spec) - {"batches", "block", "roles"}))
+                if extra:
+                    raise PlanError(
+                        f"space `{space}`: unknown field(s) {', '.join(map(repr, extra))}; "
+                        "expected 'batches' or 'block', and optionally 'roles'."
+                    )
                 roles = spec.get("roles", "both")
-                if roles not in ("external", "contracted", "both"):
+                if not isinstance(roles, str) or roles not in ("external", "contracted", "both"):
                     raise PlanError(
                         f"space `{space}`: roles must be 'external', 'contracted' or "
                         f"'both', got {roles!r}."
@@ -176,24 +197,75 @@ class BatchPlan:
                 out.append(SpaceBatch(space, batches=spec))
         return cls(tuple(out), external_site)
 
-    def resolved(self, spaces: Spaces) -> BatchPlan:
+    def resolved(self, spaces: Spaces, used: Iterable[str] | None = None) -> BatchPlan:
         """This plan with every space key replaced by its canonical key in ``spaces``.
 
+        Args:
+            spaces: the registry (with extents).
+            used: the canonical space keys the equations' indices use. When given (as
+                :func:`sq_jax.compile` does for the user's plan), the plan is checked
+                strictly: a union space no index is in (``p`` when the equations use
+                ``i`` and ``a``: loops batch an index's own space, never its parts), or
+                more batches than a space's extent, is an error rather than ignored or
+                clamped; so is a base space no index is in while a union holding it is
+                used (``a`` when the equations use ``e`` = ``a`` then ``g``). A base space
+                the equations do not touch at all is allowed, so that one plan serves
+                several equation sets (``{"Κ": 4}`` for DF and non-DF equations).
+                Without ``used`` (internal callers, generated plans) only the keys are
+                resolved.
+
         Raises:
-            PlanError: for a space ``spaces`` does not know.
+            PlanError: one bulleted error for every space ``spaces`` does not know, and
+                with ``used``, every union space no index is in (the message names its
+                members to batch instead) and every count of batches above the extent.
 
         Example:
             >>> from sq_jax.expr.spaces import Spaces
             >>> str(BatchPlan.of({"K": 4}).resolved(Spaces(K=8)))
             'BatchPlan(Κ: 4 batches [external, contracted])'
+            >>> try:
+            ...     BatchPlan.of({"a": 9}).resolved(Spaces(i=2, a=3), used=("i", "a"))
+            ... except PlanError as err:
+            ...     print(str(err)[:61])
+            batch plan: space `a` has extent 3, but the plan cuts it into
         """
-        out = []
+        out, problems = [], []
+        used_set = None if used is None else set(used)
         for s in self.spaces:
             try:
                 key = spaces.resolve(s.space)
             except SqJaxError as err:
-                raise PlanError(f"batch plan names an unknown space: {err}") from None
+                problems.append(f"unknown space: {err}")
+                continue
             out.append(replace(s, space=key))
+            extent = spaces.extent(key) if spaces.has_extent(key) else None
+            holders = sorted(
+                u for u in used_set or () if key in spaces.base_members(u) and u != key
+            )
+            if used_set is not None and key not in used_set and spaces.space(key).is_union:
+                problems.append(_unused_space(spaces, key, used_set))
+            elif used_set is not None and key not in used_set and holders:
+                problems.append(
+                    f"no index of the equations is in space `{key}`, but indices in "
+                    f"{', '.join(f'`{u}`' for u in holders)} (which hold `{key}`) are; a "
+                    f"loop batches an index's own space: batch "
+                    f"{' or '.join(f'`{u}`' for u in holders)} instead."
+                )
+            elif (
+                used_set is not None
+                and extent is not None
+                and s.batches is not None
+                and s.batches > extent
+            ):
+                problems.append(
+                    f"space `{key}` has extent {extent}, but the plan cuts it into "
+                    f"{s.batches} batches; ask for at most {extent} batches (or a block "
+                    f"size such as {{{key!r}: {{'block': 1}}}})."
+                )
+        if len(problems) == 1:
+            raise PlanError(f"batch plan: {problems[0]}")
+        if problems:
+            raise PlanError("batch plan:\n- " + "\n- ".join(problems))
         return BatchPlan(tuple(out), self.external_site)
 
     def batch_for(self, space: str) -> SpaceBatch | None:
@@ -215,3 +287,53 @@ class BatchPlan:
         if self.external_site != "root":
             parts.append(f"external loops at {self.external_site}")
         return "BatchPlan(" + "; ".join(parts) + ")"
+
+
+def _unused_space(spaces: Spaces, key: str, used: set[str]) -> str:
+    listed = ", ".join(f"`{u}`" for u in sorted(used)) or "none"
+    members = spaces.shown_members(key)
+    inner = [m for m in members if m in used]
+    example = ", ".join(f"{m!r}: 2" for m in inner or members)
+    return (
+        f"no index of the equations is in space `{key}` (spaces used: {listed}); `{key}` "
+        f"is the union of {', '.join(members)}, and a loop batches an index's own space: "
+        f"batch its members instead, e.g. {{{example}}}."
+    )
+
+
+def check_mode_order(mode_order: Sequence[str], spaces: Spaces) -> tuple[str, ...]:
+    """``mode_order`` (spaces, outermost loop first) with canonical keys, checked.
+
+    Raises:
+        PlanError: ``mode_order`` is a bare string or not a sequence, names a space twice,
+            or names a space ``spaces`` does not know.
+
+    Example:
+        >>> from sq_jax.expr.spaces import Spaces
+        >>> check_mode_order(["K", "i"], Spaces(i=2, K=4))
+        ('Κ', 'i')
+    """
+    if isinstance(mode_order, str) or not isinstance(mode_order, Iterable):
+        raise PlanError(
+            f"mode_order must be a sequence of space names such as ('a', 'i'), got {mode_order!r}."
+        )
+    out: list[str] = []
+    problems = []
+    for key in mode_order:
+        try:
+            canon = spaces.resolve(key) if isinstance(key, str) else None
+        except SqJaxError:
+            canon = None
+        if canon is None:
+            known = ", ".join(f"`{k}`" for k in spaces.keys())
+            problems.append(f"{key!r} is not a known index space (known: {known})")
+        elif canon in out:
+            problems.append(f"space `{canon}` is given twice")
+        else:
+            out.append(canon)
+    if problems:
+        raise PlanError(
+            f"mode_order={tuple(mode_order)!r}: " + "; ".join(problems) + "; list each space "
+            "at most once, outermost loop first."
+        )
+    return tuple(out)
