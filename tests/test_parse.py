@@ -26,9 +26,9 @@ from sq_jax import (
 )
 from sq_jax.expr.symmetrize import expand_symmetrizers
 
-# The examples (``docs/syntax.md``, "Examples") use SeQuant's SR/test registries: `e` (virtual, SR convention) and
-# `x` (active, SR convention) are in sq_jax's default registry; `u` (active, MR
-# convention) is not, so the tests register it explicitly.
+# The examples (``docs/syntax.md``, "Examples") use SeQuant's SR/test registries: `e`
+# (virtual, SR convention) and `x` (active, SR convention) are in sq_jax's default
+# registry; `u` (active, MR convention) is not, so the tests register it explicitly.
 SR_SPACES = sq.Spaces().with_space("u", description="active")
 assert SR_SPACES.space("e").members == ("a", "g") and SR_SPACES.space("x").members == ("i", "a")
 
