@@ -66,6 +66,7 @@ from ..expr.spaces import Spaces
 from ._permsum import group_permuted
 from .binarize import binarize, count_labels, resolve_optimizer
 from .canon import leaf_node, scalar_node, sum_node
+from .factor import factor_terms
 from .nodes import EvalNode, Forest, Root
 
 __all__ = ["build_forest"]
@@ -318,6 +319,8 @@ def _build_sum(
     The chain keeps the first summand's canonical mode order all the way up, so its keys
     do not depend on how the left-hand side orders its indices.
     """
+    # distributive law across terms: F·X + F·Y -> F·(X + Y) where it saves FLOPs
+    terms = factor_terms(terms, result, spaces, optimize)
     built: list[tuple[EvalNode, Fraction]] = []
     for term in terms:
         coef, factors = _flatten_product(term)

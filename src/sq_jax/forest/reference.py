@@ -142,6 +142,7 @@ def _compute(node: EvalNode, values: Mapping[str, Any], blocks: Mapping[str, Any
 def _as_forest(source: Forest | Sequence[Equation] | str, spaces: Spaces | None) -> Forest:
     from ..expr.parse import parse
     from .build import build_forest  # the builder imports this package's nodes
+    from .factor import unfactored
 
     if isinstance(source, Forest):
         return source
@@ -151,7 +152,8 @@ def _as_forest(source: Forest | Sequence[Equation] | str, spaces: Spaces | None)
             "pass e.g. sq.Spaces(i=10, a=38), or pass a Forest."
         )
     equations = parse(source, spaces=spaces) if isinstance(source, str) else tuple(source)
-    return build_forest(equations, spaces)
+    with unfactored():  # the oracle evaluates the flat expansion, not the factored sums
+        return build_forest(equations, spaces)
 
 
 def evaluate_reference(
