@@ -115,6 +115,8 @@ class _Term:
     """Key → FLOPs of each distinct value of the term's binarized tree."""
     top: str
     """The key of the term's own value (its tree's root)."""
+    orientation: tuple[Index, ...]
+    """The root's modes (a permuted copy of the term has the same key, other modes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,10 +212,20 @@ def _plain_terms(
     plain: dict[int, _Term] = {}
     for k, term in enumerate(terms):
         coef, factors = _flatten_product(term)
-        if len(factors) < 2 or not all(isinstance(f, (Tensor, Variable, Power)) for f in factors):
+        if (
+            not coef
+            or len(factors) < 2
+            or not all(isinstance(f, (Tensor, Variable, Power)) for f in factors)
+        ):
             continue  # nothing to pull out of one factor; nested sums are left alone
         root, values = _price(factors, result, spaces, optimize)
-        plain[k] = _Term(coef, tuple(factors), values, root.key)  # type: ignore[arg-type]
+        plain[k] = _Term(
+            coef,
+            tuple(factors),  # type: ignore[arg-type]
+            values,
+            root.key,
+            root.indices,
+        )
     return plain
 
 
@@ -350,9 +362,14 @@ def _groups(
             continue
         options: list[_Option] = []
         seen: set[int] = set()
+        orientation: dict[str, tuple[Index, ...]] = {}
         for k, p in where:
-            if k in seen:
-                continue  # the same tensor twice in one term: pull out one copy
+            term = plain[k]
+            if k in seen or orientation.setdefault(term.top, term.orientation) != term.orientation:
+                # the same tensor twice in one term: pull out one copy; permuted copies of
+                # one value (an Â/Ŝ expansion) are one contraction already, and the
+                # permuted-sum grouping reads each permutation once
+                continue
             seen.add(k)
             _, rest, inner = renamed[k, p]
             root, values = _price(rest, inner, spaces, optimize)
