@@ -58,7 +58,7 @@ Example:
     >>> eqs = sq.parse("R{a1;i1} = f{a1;a2} t{a2;i1} - 2 f{a1;a3} u{a3;i1}")
     >>> (eq,) = eqs
     >>> [str(t) for t in factor_terms(eq.rhs.terms, eq.lhs.indices, sq.Spaces(i=4, a=30))]
-    ['f{a_1;a_4}:N-C-S (t{a_4;i_1}:N-C-S + 2 u{a_4;i_1}:N-C-S)']
+    ['f{a_1;a_4}:N-C-S * (t{a_4;i_1}:N-C-S - 2 u{a_4;i_1}:N-C-S)']
 """
 
 from __future__ import annotations
@@ -151,8 +151,8 @@ def factor_terms(
 
     Example:
         >>> import sq_jax as sq
-        >>> (eq,) = sq.parse("R{a1;i1} = f{a1;i1} t{i1;i1} + f{a1;i1} u{i1;i1}")
-        >>> len(factor_terms(eq.rhs.terms, eq.lhs.indices, sq.Spaces(i=3, a=4)))
+        >>> (eq,) = sq.parse("R{a1;i1} = f{a1;a2} t{a2;i1} + g{a1;i2} u{i2;i1}")
+        >>> len(factor_terms(eq.rhs.terms, eq.lhs.indices, sq.Spaces(i=3, a=4)))  # none shared
         2
     """
     out = list(terms)
