@@ -74,7 +74,7 @@ from typing import Any
 from ..expr.nodes import Expr, Index, Power, Product, Sum, Tensor, Variable
 from ..expr.spaces import Spaces
 from .binarize import binarize
-from .canon import leaf_node, scalar_node
+from .canon import leaf_node, product_node, scalar_node, sum_node
 from .cost import contraction_flops, mode_size, node_flops
 from .nodes import EvalNode
 
@@ -129,8 +129,8 @@ class _Option:
     values: dict[str, int]
     """The rest's tree, binarized onto the inner labels."""
     saving: int
-    rest_key: str
-    """The rest's root key and where each inner label sits on it (label-blind)."""
+    root: EvalNode
+    """The root of the rest's tree."""
 
 
 def factor_terms(
@@ -299,7 +299,7 @@ class _Ledger:
             for opt in members:
                 added.update((k, f) for k, f in opt.values.items() if k not in self.present)
             once = contraction_flops((shared.indices, inner), result, self.spaces)
-            added[_group_key(shared, inner, members, self.plain)] = once + (
+            added[_group_key(shared, members, self.plain, result)] = once + (
                 len(members) - 1
             ) * mode_size(inner, self.spaces)
         if freed <= sum(added.values()):
@@ -310,19 +310,23 @@ class _Ledger:
 
 
 def _group_key(
-    shared: Tensor, inner: Sequence[Index], members: Sequence[_Option], plain: dict[int, _Term]
+    shared: Tensor,
+    members: Sequence[_Option],
+    plain: dict[int, _Term],
+    result: Sequence[Index],
 ) -> str:
-    """A label-blind identity of a group's value ``F · Σ``: equal for permuted copies.
+    """The label-blind key of a group's value ``F · Σ`` (equal for its permuted copies).
 
-    Used for pricing only (the forest's own keys come from the builder).
+    Built with the forest's own constructors from the rests' trees, so it is the key the
+    builder gives the group when it groups and factors nothing more inside; used for
+    pricing only.
     """
-    parts = [
-        f"{plain[opt.position].coef / plain[members[0].position].coef}:{opt.rest_key}"
-        for opt in members
-    ]
-    leaf = leaf_node(shared)
-    where = ",".join(str(leaf.indices.index(ix)) if ix in leaf.indices else "-" for ix in inner)
-    return f"F[{leaf.key}|{where}|{'|'.join(parts)}]"
+    first = members[0].root
+    chain = first
+    for opt in members[1:]:
+        ratio = plain[opt.position].coef / plain[members[0].position].coef
+        chain = sum_node(chain, Fraction(1), opt.root, ratio, first.indices)
+    return product_node(leaf_node(shared), chain, result).key
 
 
 # -- options and groups ------------------------------------------------------------------
@@ -375,8 +379,7 @@ def _groups(
             root, values = _price(rest, inner, spaces, optimize)
             saving = sum(plain[k].values.values()) - sum(values.values()) - mode_size(inner, spaces)
             if saving > 0:
-                slots = ",".join(str(root.indices.index(ix)) for ix in inner)
-                options.append(_Option(k, rest, values, saving, f"{root.key}@{slots}"))
+                options.append(_Option(k, rest, values, saving, root))
         inner = renamed[where[0]][2]
         if len(options) >= 2:
             worth = _worth(shared, inner, options, result, spaces)
