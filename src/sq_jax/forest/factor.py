@@ -28,14 +28,16 @@ How (greedy, priced with :mod:`sq_jax.forest.cost` on the real extents):
 2. for each term and each tensor factor ``F`` (no repeated label), the *option* of pulling
    ``F`` out: the rest is binarized onto its inner labels; the option saves the term's cost
    minus the rest's cost minus one add of the inner sum;
-3. options with the same ``F`` (after renaming) and inner labels form a group; the group
-   is worth the savings of its members that save something, plus one add (the first member
-   adds nothing), minus the one contraction ``F · Σ``. Groups are taken by worth, largest
-   first, each with its members that no earlier group took, while they are worth something
-   and have two members;
-4. a last check prices the whole sum with common subexpressions counted once (the distinct
-   values of all terms' trees, before and after); if factoring does not lower that, the
-   terms are returned as they were.
+3. options with the same ``F`` (after renaming) and inner labels form a group; permuted
+   copies of one value (same key, other modes: an ``Â``/``Ŝ`` expansion) never share a
+   group, as they are one contraction already and the permuted-sum grouping reads each
+   permutation once. A group is worth the savings of its members that save something,
+   plus the adds it removes, minus the one contraction ``F · Σ``;
+4. groups are taken by worth, largest first (groups of equal worth, such as the permuted
+   copies of a group, as one batch), each with its members that no earlier group took,
+   when a ledger of the sum's values with common subexpressions counted once says the
+   batch lowers the FLOPs (:class:`_Ledger`: only a term's own result is freed; its inner
+   values may be read elsewhere, even by another equation, so they are kept).
 
 A group's first member keeps its place in the sum, with the first member's coefficient
 outside (so groups whose coefficients are proportional give the same inner sum), and the
@@ -49,9 +51,10 @@ oracle of the factored forest).
 Known limitations: a tensor is shared only when it is written the same way; a tensor's
 declared symmetry is not used (``t{a1,a2;i1,i2}`` and ``t{a2,a1;i2,i1}`` differ), because
 the default annotation declares column symmetry that real inputs need not have. The greedy
-choice is not guaranteed optimal, a group is priced without the factoring that the builder
-then applies inside it, and the last check counts common subexpressions within one sum
-(not across equations).
+choice is not guaranteed optimal; a group is priced without the factoring that the builder
+then applies inside it; only tensors are pulled out, not a nested sum that several terms
+share (``τ = t2 + t1 t1``, once this pass has made it); the ledger sees one sum at a time,
+so it keeps every inner value of a factored term, even one that no other term reads.
 
 Example:
     >>> import sq_jax as sq
@@ -251,7 +254,7 @@ class _Ledger:
 
     A term's *top* value (its result) is freed when no remaining term has it; every other
     value of the flat terms' trees is kept (it may be read elsewhere, even by another
-    equation), so a saving is never over-counted. A group adds its rests' values that are
+    equation, which this sum cannot see). A group adds its rests' values that are
     not there yet, and one contraction ``F · Σ`` and the inner sum's adds per distinct
     group value (the permuted copies of a group are one value).
     """
