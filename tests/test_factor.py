@@ -132,8 +132,14 @@ def test_unfactored_block_turns_the_pass_off():
 
 
 def test_five_thousand_shared_terms_factor_fast():
-    terms = " + ".join(f"g{{a1;i{k + 2}}} {'tuvwx'[k % 5]}{{i{k + 2};i1}}" for k in range(5000))
-    eqs = sq.parse(f"R{{a1;i1}} = {terms}", validate=False)
+    # g shared by 5000 distinct values (5000 distinct second factors)
+    a1, i1 = Index("a", 1), Index("i", 1)
+    terms = []
+    for k in range(5000):
+        d = Index("i", k + 2)
+        second = Tensor(f"x{k}", (d,), (i1,))
+        terms.append(Product(Fraction(k % 3 + 1), (Tensor("g", (a1,), (d,)), second)))
+    eqs = [Equation(Tensor("R", (a1,), (i1,)), Sum(tuple(terms)))]
     flat, factored = both_forests(eqs, sq.Spaces(i=2, a=2))
     products = [v for v in factored.values() if v.kind is sq.NodeKind.PRODUCT]
     assert len(products) == 1 and factored.flops < flat.flops

@@ -28,10 +28,10 @@ How (greedy, priced with :mod:`sq_jax.forest.cost` on the real extents):
 2. for each term and each tensor factor ``F`` (no repeated label), the *option* of pulling
    ``F`` out: the rest is binarized onto its inner labels; the option saves the term's cost
    minus the rest's cost minus one add of the inner sum;
-3. options with the same ``F`` (after renaming) and inner labels form a group; permuted
-   copies of one value (same key, other modes: an ``Â``/``Ŝ`` expansion) never share a
-   group, as they are one contraction already and the permuted-sum grouping reads each
-   permutation once. A group is worth the savings of its members that save something,
+3. options with the same ``F`` (after renaming) and inner labels form a group; terms of
+   one value (one key: repeats, or the permuted copies of an ``Â``/``Ŝ`` expansion) never
+   share a group, as they are one contraction already and the permuted-sum grouping
+   reads each permutation once. A group is worth the savings of its members that save something,
    plus the adds it removes, minus the one contraction ``F · Σ``;
 4. groups are taken by worth, largest first (groups of equal worth, such as the permuted
    copies of a group, as one batch), each with its members that no earlier group took,
@@ -118,8 +118,6 @@ class _Term:
     """Key → FLOPs of each distinct value of the term's binarized tree."""
     top: str
     """The key of the term's own value (its tree's root)."""
-    orientation: tuple[Index, ...]
-    """The root's modes (a permuted copy of the term has the same key, other modes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,13 +220,7 @@ def _plain_terms(
         ):
             continue  # nothing to pull out of one factor; nested sums are left alone
         root, values = _price(factors, result, spaces, optimize)
-        plain[k] = _Term(
-            coef,
-            tuple(factors),  # type: ignore[arg-type]
-            values,
-            root.key,
-            root.indices,
-        )
+        plain[k] = _Term(coef, tuple(factors), values, root.key)  # type: ignore[arg-type]
     return plain
 
 
@@ -368,16 +360,15 @@ def _groups(
         if len({k for k, _ in where}) < 2:
             continue
         options: list[_Option] = []
-        seen: set[int] = set()
-        orientation: dict[str, tuple[Index, ...]] = {}
+        seen: set[int | str] = set()
         for k, p in where:
-            term = plain[k]
-            if k in seen or orientation.setdefault(term.top, term.orientation) != term.orientation:
-                # the same tensor twice in one term: pull out one copy; permuted copies of
-                # one value (an Â/Ŝ expansion) are one contraction already, and the
-                # permuted-sum grouping reads each permutation once
+            if k in seen or plain[k].top in seen:
+                # the same tensor twice in one term: pull out one copy; two terms of one
+                # value (repeats, or permuted copies from an Â/Ŝ expansion) are one
+                # contraction already, and the permuted-sum grouping reads each
+                # permutation once
                 continue
-            seen.add(k)
+            seen.update((k, plain[k].top))
             _, rest, inner = renamed[k, p]
             root, values = _price(rest, inner, spaces, optimize)
             saving = sum(plain[k].values.values()) - sum(values.values()) - mode_size(inner, spaces)
