@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import sq_jax as sq
+from sq_jax.forest.factor import unfactored
 from sq_jax.forest.inputs import input_specs
 from sq_jax.lower.memory import ALIGNMENT, LOOP_STATE, memory_model
 
@@ -47,7 +48,8 @@ def test_a_sum_chain_keeps_its_products_alive():
     # the four products share one value (CSE) but each term reads it: still 1 product
     assert prog.memory_bytes <= 2 * (8 * 400 * 50 + ALIGNMENT)
     distinct = " + ".join(f"f{{a1;a2}} {t}{{a2;i1}}" for t in "tuvw")
-    prog = sq.compile(f"R{{a1;i1}} = {distinct}", sq.Spaces(i=50, a=400))
+    with unfactored():  # factored, the four products are one: f (t + u + v + w)
+        prog = sq.compile(f"R{{a1;i1}} = {distinct}", sq.Spaces(i=50, a=400))
     # 4 products; the sum writes over the first (same shape, dead after the add)
     assert prog.memory_bytes == 4 * (8 * 400 * 50 + ALIGNMENT)
     assert 0.95 <= prog.memory_bytes / _xla_bytes(prog) <= 1.05

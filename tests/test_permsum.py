@@ -23,6 +23,7 @@ from sq_jax.cc.equations import load_equations
 from sq_jax.expr.nodes import Equation, Index, Product, Sum, Tensor
 from sq_jax.forest._permsum import group_permuted, relabel_node
 from sq_jax.forest.canon import leaf_node
+from sq_jax.forest.factor import unfactored
 from sq_jax.forest.inputs import input_specs
 from sq_jax.forest.nodes import NodeKind
 from sq_jax.lower.instructions import lower_schedule
@@ -53,9 +54,12 @@ def ungrouped():
 
 
 def build_both(eqs, spaces):
-    grouped = sq.build_forest(eqs, spaces)
-    with ungrouped():
-        plain = sq.build_forest(eqs, spaces)
+    # the flat expansion: these tests count the grouping's reads of each permuted copy,
+    # which the factoring pass (tests/test_factor.py) would merge first
+    with unfactored():
+        grouped = sq.build_forest(eqs, spaces)
+        with ungrouped():
+            plain = sq.build_forest(eqs, spaces)
     return grouped, plain
 
 

@@ -74,6 +74,7 @@ from ..expr.validate import result_read_problems
 from ._permsum import group_permuted
 from .binarize import binarize, count_labels, resolve_optimizer
 from .canon import leaf_node, scalar_node, sum_node
+from .factor import factor_terms
 from .inputs import input_names
 from .nodes import EvalNode, Forest, NodeKind, Root
 
@@ -417,6 +418,8 @@ class _Builder:
         The chain keeps the first summand's canonical mode order all the way up, so its keys
         do not depend on how the left-hand side orders its indices.
         """
+        # distributive law across terms: F·X + F·Y -> F·(X + Y) where it saves FLOPs
+        terms = factor_terms(terms, result, self.spaces, self.optimize)
         built: list[tuple[EvalNode, Fraction]] = []
         for term in terms:
             coef, factors = _flatten_product(term)

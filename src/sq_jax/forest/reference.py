@@ -157,6 +157,7 @@ def _as_forest(
 ) -> Forest:
     from ..expr.parse import parse
     from .build import build_forest, select_outputs  # the builder imports this package
+    from .factor import unfactored
 
     if isinstance(source, Forest):
         keep = select_outputs(outputs, [root.name for root in source.roots])
@@ -171,7 +172,8 @@ def _as_forest(
             "pass e.g. sq.Spaces(i=10, a=38), or pass a Forest."
         )
     equations = parse(source, spaces=spaces) if isinstance(source, str) else tuple(source)
-    return build_forest(equations, spaces, outputs=outputs)
+    with unfactored():  # the oracle evaluates the flat expansion, not the factored sums
+        return build_forest(equations, spaces, outputs=outputs)
 
 
 def evaluate_reference(
