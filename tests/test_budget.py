@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 import pytest
 
 import sq_jax as sq
 from sq_jax._units import format_bytes, parse_bytes
-from sq_jax.budget import XLA_HEADROOM, plan_for_budget, required_bytes, search
+from sq_jax.budget import XLA_HEADROOM, plan_for_budget, required_bytes, search, verify, xla_bytes
 from sq_jax.cc.equations import load_equations
 from sq_jax.forest.factor import unfactored
 from sq_jax.forest.inputs import input_specs
 from sq_jax.lower.instructions import lower_schedule
+from sq_jax.lower.program import make_program
 from sq_jax.plan import BatchPlan, SpaceBatch
 from sq_jax.schedule import schedule_forest
 from sq_jax.schedule.cost import flop_terms, schedule_flops
@@ -399,3 +401,44 @@ def test_many_loop_plans_are_predicted_within_15_percent():
     measured = ma.temp_size_in_bytes + ma.output_size_in_bytes
     assert len(prog.lowered.loops()) > 40
     assert 0.85 <= prog.memory_bytes / measured <= 1.15
+
+
+# -- the chosen program is held to XLA's own figures -------------------------------------
+
+
+def test_a_budgeted_ccsd_fits_xla_own_figures():
+    """Spin-orbital CCSD at 1/8 of the unbatched need: the model's first choice (a plan
+    with many loops at the top) measured 1.35x its prediction in XLA, over the budget;
+    the program compile() returns fits."""
+    spaces = sq.Spaces(i=10, a=16)
+    text = load_equations("ccsd_so")
+    budget = required_bytes(sq.compile(text, spaces).schedule) // 8
+    prog = sq.compile(text, spaces, memory_budget=budget)
+    assert xla_bytes(prog) <= budget
+
+
+def test_fit_to_budget_plans_tighter_while_xla_measures_over(monkeypatch):
+    text = "R{a1;i1} = g{a1,a2;i1,i2} t{a2;i2}"  # unbatched: a 32 MB copy of g
+    forest = sq.build_forest(sq.parse(text), sq.Spaces(i=20, a=100))
+    budget = 1 << 20
+    real, seen = verify.xla_bytes, []
+
+    def over_once(program):  # XLA "measures" the first plan at twice the budget
+        seen.append(program.schedule.annotated.plan)
+        return 2 * budget if len(seen) == 1 else real(program)
+
+    monkeypatch.setattr(verify, "xla_bytes", over_once)
+    build = partial(_build_program, forest)
+    prog = verify.fit_to_budget(forest, budget, build)
+    assert len(seen) == 2 and seen[0] != seen[1]
+    assert real(prog) <= budget
+
+    monkeypatch.setattr(verify, "xla_bytes", lambda program: 2 * budget)
+    with pytest.raises(sq.MemoryBudgetError, match="measures over the budget in XLA") as err:
+        verify.fit_to_budget(forest, budget, build)
+    assert err.value.smallest_feasible == 2 * budget
+
+
+def _build_program(forest, plan):
+    scheduled = schedule_forest(forest, plan)
+    return make_program(scheduled, lower_schedule(scheduled))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-import corpus
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,6 +21,7 @@ from sq_jax.forest.factor import factor_terms, unfactored
 from sq_jax.forest.inputs import bind_inputs, input_specs
 from sq_jax.forest.reference import evaluate_forest
 from test_cse import evaluate_direct, evaluate_roots
+from tests.helpers import corpus
 
 CC_SETS = ("ccsd_cs", "ccd_cs", "ccsd_cs_df", "ccsd_so", "ccd_so")
 CC_SPACES = sq.Spaces({"Κ": 6}, i=3, a=5)

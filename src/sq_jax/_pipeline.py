@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._errors import PlanError
-from .budget import plan_for_budget
+from .budget import fit_to_budget, plan_for_budget
 from .expr.nodes import Equation
 from .expr.parse import parse
 from .expr.spaces import Spaces
@@ -73,7 +73,10 @@ def compile(
             allocates — intermediates, XLA's operand copies, loop buffers and results, as
             predicted by ``program.memory_bytes`` with 25% headroom; inputs excluded: the
             batch plan that fits it with the fewest FLOPs is chosen
-            (:func:`~sq_jax.budget.plan_for_budget`). Exclusive with ``batch``.
+            (:func:`~sq_jax.budget.plan_for_budget`), then compiled and held to XLA's
+            own ``memory_analysis()`` for its input blocks, planning tighter while XLA
+            measures over the budget (:func:`~sq_jax.budget.fit_to_budget`). Exclusive
+            with ``batch``.
         mesh: a one-axis ``jax.sharding.Mesh``: the batches of the outermost loop of
             each nest are split over its devices (``docs/sharding.md``); inputs and
             results are replicated. ``None``: one device.
@@ -109,7 +112,13 @@ def compile(
     eqs = parse(equations, spaces=spaces) if isinstance(equations, str) else tuple(equations)
     forest = build_forest(eqs, spaces, outputs=outputs)  # binarize + fold common subexpressions
     mode_order = check_mode_order(mode_order, spaces)
-    plan = _plan(batch, memory_budget, forest)  # the user's batching, or one fitting the budget
-    scheduled = schedule_forest(forest, plan, mode_order=mode_order)  # annotate + schedule
-    lowered = lower_schedule(scheduled)  # must follow the schedule: reads its block tree
-    return make_program(scheduled, lowered, remat=remat, shard=shard)  # one jax.jit around it all
+
+    def build(plan: BatchPlan) -> Program:
+        scheduled = schedule_forest(forest, plan, mode_order=mode_order)  # annotate + schedule
+        lowered = lower_schedule(scheduled)  # must follow the schedule: reads its block tree
+        return make_program(scheduled, lowered, remat=remat, shard=shard)  # one jax.jit
+
+    if memory_budget is not None and batch is None:
+        # the planner's choice, held to XLA's own figures (tightened while it measures over)
+        return fit_to_budget(forest, memory_budget, build)
+    return build(_plan(batch, memory_budget, forest))  # the user's batching (or none)

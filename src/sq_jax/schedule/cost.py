@@ -175,6 +175,11 @@ def schedule_flops(scheduled: ScheduledForest) -> int:
         36
     """
     ann = scheduled.annotated
-    extent = ann.forest.spaces.extent
-    batches = {s.space: s.num_batches(extent(s.space)) for s in ann.plan.spaces}
+    spaces = ann.forest.spaces
+    # a plan may name a space the equations never touch (and that has no extent): no loop
+    batches = {
+        s.space: s.num_batches(spaces.extent(s.space))
+        for s in ann.plan.spaces
+        if spaces.has_extent(s.space)
+    }
     return sum(t.count(batches) for t in flop_terms(scheduled))
