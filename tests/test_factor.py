@@ -20,8 +20,8 @@ from sq_jax.expr.nodes import Equation, Index, Product, Sum, Tensor
 from sq_jax.forest.factor import factor_terms, unfactored
 from sq_jax.forest.inputs import bind_inputs, input_specs
 from sq_jax.forest.reference import evaluate_forest
-from test_cse import evaluate_direct, evaluate_roots
 from tests.helpers import corpus
+from tests.helpers.dense_eval import evaluate_direct, evaluate_roots
 
 CC_SETS = ("ccsd_cs", "ccd_cs", "ccsd_cs_df", "ccsd_so", "ccd_so")
 CC_SPACES = sq.Spaces({"Κ": 6}, i=3, a=5)
@@ -185,7 +185,7 @@ def test_random_shared_sums_equal_direct_evaluation(eq, extents):
 
 @pytest.mark.parametrize("name", ["ccsd_cs", "ccsd_so"])
 def test_permuted_sum_grouping_still_applies_to_factored_terms(name):
-    from test_permsum import sum_reads, ungrouped
+    from tests.helpers.permsum import sum_reads, ungrouped
 
     eqs = sq.parse(load_equations(name))
     spaces = sq.Spaces(i=4, a=6)

@@ -268,3 +268,23 @@ def test_downward_and_sibling_imports_pass():
 def test_a_cycle_is_found():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_tests_import_shared_code_from_tests_helpers():
+    """A test module never imports another test module or a helper by bare name."""
+    tests_dir = Path(__file__).parent
+    local = {p.stem for p in tests_dir.glob("*.py")} | {
+        p.stem for p in (tests_dir / "helpers").glob("*.py")
+    }
+    problems = []
+    for path in sorted(tests_dir.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            bad = [n for n in names if n.split(".")[0] in local or n.startswith("tests.test_")]
+            problems += [f"{path.relative_to(tests_dir)}: import {n}" for n in bad]
+    assert problems == [], "import shared test code from tests.helpers:\n" + "\n".join(problems)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from contextlib import contextmanager
 from fractions import Fraction
 
 import numpy as np
@@ -18,7 +17,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sq_jax as sq
-import sq_jax.forest.build as forest_build
 from sq_jax.cc.equations import load_equations
 from sq_jax.expr.nodes import Equation, Index, Product, Sum, Tensor
 from sq_jax.forest._permsum import group_permuted, relabel_node
@@ -37,20 +35,10 @@ from tests.helpers.dense_eval import (
     evaluate_roots,
     occurrences_by_key,
 )
+from tests.helpers.permsum import sum_reads, ungrouped
 
 A1, A2, A3 = Index("a", 1), Index("a", 2), Index("a", 3)
 I1, I2, I3 = Index("i", 1), Index("i", 2), Index("i", 3)
-
-
-@contextmanager
-def ungrouped():
-    """Build forests as before the grouping: every expanded term its own summand."""
-    saved = forest_build.group_permuted
-    forest_build.group_permuted = lambda terms, result: list(terms)
-    try:
-        yield
-    finally:
-        forest_build.group_permuted = saved
 
 
 def build_both(eqs, spaces):
@@ -66,22 +54,6 @@ def build_both(eqs, spaces):
 def random_inputs(forest, seed=0):
     rng = np.random.default_rng(seed)
     return {s.block_key: rng.standard_normal(s.shape) for s in input_specs(forest)}
-
-
-def sum_reads(forest, name):
-    """(distinct SUM values, their transposed operand reads) of one equation's tree."""
-    root = next(r for r in forest.roots if r.name == name)
-    seen, sums, stack = set(), [], [root.node]
-    while stack:
-        node = stack.pop()
-        if node.is_leaf or node.key in seen:
-            continue
-        seen.add(node.key)
-        if node.kind is NodeKind.SUM:
-            sums.append(node)
-        stack += [node.left, node.right]
-    transposed = sum(op.indices != node.indices for node in sums for op in node.children)
-    return len(sums), transposed
 
 
 def combines(forest):

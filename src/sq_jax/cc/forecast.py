@@ -31,9 +31,10 @@ from typing import Any
 from .._errors import InputError, MemoryBudgetError
 from .._pipeline import compile as compile_program
 from .._units import format_bytes, parse_bytes
-from ..budget import XLA_HEADROOM, required_bytes
+from ..budget import XLA_HEADROOM, plan_for_budget, required_bytes
 from ..expr.parse import parse
 from ..expr.spaces import Spaces
+from ..forest.build import build_forest
 from ..forest.inputs import input_specs
 from ..lower.program import Program
 from ..plan.batch import BatchPlan
@@ -371,9 +372,11 @@ def dry_run(
     smallest, message = None, ""
     if batch is not None:  # the given plan; a budget is only checked
         program = compile_program(residual_eqs, spaces, batch=batch)
-    elif budget is not None:  # the planner's choice
+    elif budget is not None:  # the planner's choice, by the model (compile() would also
+        # hold it to XLA's figures, which needs an XLA compile: a dry run compiles nothing)
         try:
-            program = compile_program(residual_eqs, spaces, memory_budget=budget)
+            plan = plan_for_budget(build_forest(residual_eqs, spaces), budget)
+            program = compile_program(residual_eqs, spaces, batch=plan)
         except MemoryBudgetError as err:
             message = str(err)
             smallest = getattr(err, "smallest_feasible", None)
