@@ -145,7 +145,7 @@ class System:
 
     spec: SystemSpec
     mf: Any
-    so: SpinOrbitalIntegrals
+    so: SpinOrbitalIntegrals | None
     cs: SpatialIntegrals
     scf_s: float
 
@@ -154,8 +154,10 @@ class System:
         return self.spec.name
 
 
-def load_system(name: str) -> System:
-    """RHF (conv_tol 1e-12, all electrons) and sq_jax's spin-orbital + spatial integrals."""
+def load_system(name: str, *, spin_orbital: bool = True) -> System:
+    """RHF (conv_tol 1e-12, all electrons) and sq_jax's spatial integrals, plus the
+    spin-orbital ones unless ``spin_orbital=False`` (``so`` is then None: benzene's
+    spin-orbital ⟨pq‖rs⟩ would take 22 GB)."""
     import time
 
     from pyscf import gto, scf
@@ -169,7 +171,7 @@ def load_system(name: str) -> System:
     mf.conv_tol = 1e-12
     mf.run()
     cs = spatial_integrals(mf)
-    so = spin_orbital_from_spatial(cs)
+    so = spin_orbital_from_spatial(cs) if spin_orbital else None
     return System(spec, mf, so, cs, time.perf_counter() - t0)
 
 
