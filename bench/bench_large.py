@@ -41,7 +41,7 @@ from sq_jax._units import format_bytes
 BENZENE_TZ = (wl.BENZENE, "cc-pvtz")
 # figure -> (full size, --tiny): systems of workloads.SYSTEMS, budgets as sq_jax reads them
 SIZES: dict[str, tuple[Any, Any]] = {
-    "scale": ((*BENZENE_TZ, "8 GiB"), (wl.H2O, "6-31g", "160 KiB")),
+    "scale": ((*BENZENE_TZ, "8 GiB"), (wl.H2O, "sto-3g", "40 KiB")),
     "so": ("h2o2-ccpvdz", "h2o-sto3g"),
     "cs": ("benzene-ccpvdz", "h2o-631g"),
     "w3": (("h2o-ccpvdz", "benzene-ccpvdz"), ("h2o-sto3g", "h2o-631g")),

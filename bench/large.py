@@ -110,10 +110,13 @@ def sq_iteration(mf: Any, *, df: bool, budget: Any = None) -> dict[str, Any]:
 def pyscf_closed_shell(mf: Any, amps: dict[str, np.ndarray]) -> dict[str, Any]:
     """PySCF's ``cc.CCSD(mf)`` (``dfccsd.RCCSD`` for a density-fitted ``mf``, else
     ``ccsd.CCSD``): its own ``ao2mo``, one ``update_amps`` and the energy at ``amps``."""
-    from pyscf import cc
+    from pyscf import cc, lib
 
     mycc = cc.CCSD(mf)
     mycc.verbose = 0
+    # PySCF sizes its blocks by max_memory minus what the process holds already (sq_jax's
+    # arrays and XLA's heap when it runs second): give it its default on top of that.
+    mycc.max_memory = lib.current_memory()[0] + mycc.max_memory
     t0 = time.perf_counter()
     eris = mycc.ao2mo()
     t1 = time.perf_counter()
@@ -126,6 +129,7 @@ def pyscf_closed_shell(mf: Any, amps: dict[str, np.ndarray]) -> dict[str, Any]:
         "energy": float(mycc.energy(t1_, t2_, eris)),
         "record": {
             "class": f"{type(mycc).__module__}.{type(mycc).__name__}",
+            "max_memory_mb": float(mycc.max_memory),
             "ao2mo_s": t1 - t0,
             "first_update_s": t2 - t1,
         },

@@ -19,9 +19,9 @@ from tests.conftest import REPO_ROOT
 pytest.importorskip("pyscf")
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
-import bench_large  # noqa: E402
-import large  # noqa: E402
-import workloads as wl  # noqa: E402
+import bench_large
+import large
+import workloads as wl
 
 TOL = 1e-9
 
@@ -33,10 +33,10 @@ def _assert_agrees(check: dict) -> None:
 
 
 def test_scale_demo_df_matches_pyscf_dfccsd_under_a_budget():
-    rec = large.scale_demo(wl.H2O, "sto-3g", "24 KiB", reps=1)
+    rec = large.scale_demo(wl.H2O, "sto-3g", "40 KiB", reps=1)
     _assert_agrees(rec["check"])
     assert rec["pyscf"]["class"] == "pyscf.cc.dfccsd.RCCSD"
-    assert rec["sq_jax"]["naux"] > 0 and rec["sq_jax"]["predicted_bytes"] <= 24 * 1024
+    assert rec["sq_jax"]["naux"] > 0 and rec["sq_jax"]["predicted_bytes"] <= 40 * 1024
     rss = rec["peak_rss"]
     assert 0 < rss["after_scf"] <= rss["after_sq_jax"] <= rss["after_pyscf"] <= rss["end"]
 
@@ -60,7 +60,7 @@ def test_compare_catches_a_wrong_residual_or_layout():
     amps = {wl.T1: rng.standard_normal((2, 3)), wl.T2: rng.standard_normal((2, 2, 3, 3))}
     dens = (-1.0 - rng.random((2, 3)), -2.0 - rng.random((2, 2, 3, 3)))
     out = {"R1": rng.standard_normal((2, 3)), "R2": rng.standard_normal((2, 2, 3, 3)), "E": 0.5}
-    new = {k: amps[k] + r / d for k, r, d in zip(amps, (out["R1"], out["R2"]), dens)}
+    new = {k: amps[k] + r / d for k, r, d in zip(amps, (out["R1"], out["R2"]), dens, strict=True)}
     pyscf_new = (new[wl.T1].T, new[wl.T2].transpose(2, 3, 0, 1))
     assert large.compare(out, amps, dens, pyscf_new, 0.5)["max_rel"] < 1e-14
     wrong = {**out, "R2": out["R2"] * (1 + 1e-7)}
