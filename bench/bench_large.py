@@ -112,7 +112,7 @@ def md_cs(r: dict) -> list[str]:
         + " |",
         "",
         f"PySCF: `{r['pyscf']['class']}`. Hand count {r['hand_count_flops']:.3e} "
-        '(docs/benchmarks.md, "FLOP counts").',
+        '(bench/README.md, "FLOP counts").',
     ]
 
 

@@ -262,7 +262,7 @@ def _gccsd_energy(so: Any, amps: dict) -> float:
 
 
 def hand_count_ccsd_cs(o: int, v: int) -> float:
-    """The textbook closed-shell CCSD FLOPs per iteration of docs/benchmarks.md ("FLOP
+    """The textbook closed-shell CCSD FLOPs per iteration of bench/README.md ("FLOP
     counts"): per class o^m v^n, the number of contractions × 2·o^m·v^n."""
     classes = {(2, 4): 1, (3, 3): 6, (4, 2): 2, (2, 3): 6, (1, 4): 1, (3, 2): 7}
     return float(sum(n * 2 * o**m * v**k for (m, k), n in classes.items()))

@@ -52,7 +52,7 @@ def test_closed_shell_cli_writes_results_and_matches_pyscf_ccsd(tmp_path):
     _assert_agrees(full["result"]["check"])
     saved = json.loads((tmp_path / "large-so-tiny.json").read_text())
     assert saved["result"]["check"]["max_rel"] == full["result"]["check"]["max_rel"]
-    assert "GCCSD" in (tmp_path / "large-so-tiny.md").read_text()
+    assert "GCCSD" in (tmp_path / "large-so-tiny.json").with_suffix(".md").read_text()
 
 
 def test_compare_catches_a_wrong_residual_or_layout():
@@ -70,5 +70,5 @@ def test_compare_catches_a_wrong_residual_or_layout():
 
 
 def test_hand_count_is_the_table_of_docs_benchmarks():
-    # docs/benchmarks.md, "FLOP counts": textbook closed-shell CCSD on benzene/cc-pVDZ
+    # bench/README.md, "FLOP counts": textbook closed-shell CCSD on benzene/cc-pVDZ
     assert large.hand_count_ccsd_cs(21, 93) == pytest.approx(1.706e11, rel=1e-3)
