@@ -67,12 +67,13 @@ def md_scale(r: dict) -> list[str]:
     s, rss = r["sq_jax"], r["peak_rss"]
     return [
         "| o, v, naux | budget | (ab|cd) would be | peak RSS after SCF / sq_jax / PySCF | "
-        "sq_jax XLA temp+out / predicted | PySCF s/it | sq_jax s/it | ×PySCF (target ≤ 1.0) "
-        "| max rel. Δ (update, R) | abs ΔE (Eh) | compile s (passes / XLA) |",
+        "sq_jax XLA temp+out (÷ budget) / predicted | PySCF s/it | sq_jax s/it | "
+        "×PySCF (target ≤ 1.0) | max rel. Δ (update, R) | abs ΔE (Eh) | compile s (passes / XLA) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
         f"| {s['o']}, {s['v']}, {s['naux']} | {s['budget']} | {size(r['vvvv_bytes'])} | "
         f"{size(rss['after_scf'])} / {size(rss['after_sq_jax'])} / {size(rss['after_pyscf'])} | "
-        f"{size(s['xla_temp_plus_output'])} / {size(s['predicted_bytes'])} | "
+        f"{size(s['xla_temp_plus_output'])} "
+        f"({s['xla_temp_plus_output'] / s['budget_bytes']:.2f}) / {size(s['predicted_bytes'])} | "
         + " | ".join(_timing_cells(r))
         + f" | {r['ratio_pyscf']:.3f} | "
         + " | ".join(_check_cells(r["check"]))
@@ -87,13 +88,14 @@ def md_scale(r: dict) -> list[str]:
 def md_so(r: dict) -> list[str]:
     return [
         "| system | o, v | PySCF GCCSD s/it | sq_jax s/it | ×PySCF (target ≤ 0.25) | "
-        "max rel. Δ (update, R) | abs ΔE (Eh) | compile s |",
-        "|---|---|---|---|---|---|---|---|",
+        "max rel. Δ (update, R) | abs ΔE (Eh) | compile s (passes / XLA) | GFLOP/s |",
+        "|---|---|---|---|---|---|---|---|---|",
         f"| {r['system']} | {r['o']}, {r['v']} | "
         + " | ".join(_timing_cells(r))
         + f" | {r['ratio_pyscf']:.3f} | "
         + " | ".join(_check_cells(r["check"]))
-        + f" | {r['compile_s']:.1f} |",
+        + f" | {r['passes_s']:.1f} / {r['xla_compile_s']:.1f} | "
+        f"{r['flops'] / r['times']['sq_jax']['median_s'] / 1e9:.2f} |",
     ]
 
 
@@ -131,7 +133,11 @@ def md_w3(records: list[dict]) -> list[str]:
         )
         for b in w["budgets"]:
             if "error" in b:
-                lines.append(f"| {w['system']} | {b['budget']} | {b['error'][:120]} |||||||")
+                smallest = size(b.get("smallest_feasible"))
+                lines.append(
+                    f"| {w['system']} | {b['budget']} ({size(b['budget_bytes'])}) | "
+                    f"MemoryBudgetError, smallest feasible {smallest} |||||||"
+                )
                 continue
             lines.append(
                 f"| {w['system']} | {b['budget']} ({size(b['budget_bytes'])}) | {b['plan']} | "
