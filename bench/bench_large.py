@@ -66,7 +66,7 @@ def _check_cells(c: dict) -> list[str]:
 def md_scale(r: dict) -> list[str]:
     s, rss = r["sq_jax"], r["peak_rss"]
     return [
-        "| o, v, naux | budget | (ab|cd) would be | peak RSS after SCF / sq_jax / PySCF | "
+        "| o, v, naux | budget | (ab\\|cd) would be | peak RSS after SCF / sq_jax / PySCF | "
         "sq_jax XLA temp+out (÷ budget) / predicted | PySCF s/it | sq_jax s/it | "
         "×PySCF (target ≤ 1.0) | max rel. Δ (update, R) | abs ΔE (Eh) | compile s (passes / XLA) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
