@@ -226,7 +226,8 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         rec, lines = run_figure(args.figure, args)
     name = f"large-{args.figure}{'-tiny' if args.tiny else ''}"
-    full = {"meta": meta, "command": " ".join(["python", *sys.argv]), "figure": args.figure}
+    command = " ".join(["python bench/bench_large.py", *(sys.argv[1:] if argv is None else argv)])
+    full = {"meta": meta, "command": command, "figure": args.figure}
     full.update(wall_s=time.perf_counter() - t0, target=TARGETS.get(args.figure), result=rec)
     md = [
         f"# {name}",
@@ -234,6 +235,8 @@ def main(argv: list[str] | None = None) -> dict:
         f"{meta['date']} · {meta['cores']} cores, {meta['ram_gib']} GiB · load average at start "
         f"{meta['loadavg_start']} · jax {meta['jax']}, pyscf {meta['pyscf']} · "
         f"wall {full['wall_s']:.0f} s · reps {args.reps} (interleaved medians, seconds)",
+        "",
+        f"Command: `{command}`",
         "",
         *lines,
         "",
