@@ -284,9 +284,15 @@ def _budget_row(text: str, spaces: sq.Spaces, base: dict, label: str, div: int) 
 
 def w3(system: wl.System, reps: int, base: dict | None) -> dict:
     """W3: spin-orbital CCSD under budgets of 1/4 and 1/8 of the unbatched XLA memory."""
-    ints = system.so
+    return w3_on(system.name, "ccsd_so", system.so, reps, base)
+
+
+def w3_on(name: str, eq_name: str, ints: Any, reps: int, base: dict | None = None) -> dict:
+    """W3 for equations ``eq_name`` on integrals ``ints`` (spin-orbital or spatial): the
+    unbatched program (``base``, compiled here when None) and budgets of 1/4 and 1/8 of
+    its XLA temp + output, timed interleaved."""
     spaces = sq.Spaces(i=ints.nocc, a=ints.nvirt)
-    text = load_equations("ccsd_so")
+    text = load_equations(eq_name)
     if base is None:  # W1 not run for this system: compile the unbatched program here
         base = compile_timed(
             lambda: sq.compile(text, spaces),
@@ -296,8 +302,8 @@ def w3(system: wl.System, reps: int, base: dict | None) -> dict:
         )
     (xb,) = base["args"]  # blocks: XLA temp holds no sliced copies of f and g
     rec: dict[str, Any] = {
-        "system": system.name,
-        "equations": "ccsd_so",
+        "system": name,
+        "equations": eq_name,
         "inputs": "blocks",
         "unbatched": _unbatched_record(base),
         "budgets": [],

@@ -32,21 +32,30 @@ from sq_jax.cc.integrals import SpatialIntegrals, SpinOrbitalIntegrals
 from sq_jax.forest.inputs import block_key, input_specs
 
 H2O = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"
-# Not used for the figures of docs/benchmarks.md (its geometries for these two are not
-# recorded there): a common water-dimer and benzene geometry, for --large only.
+# The S22 water dimer of docs/benchmarks.md, "Systems".
 H2O_DIMER = (
     "O -1.551007 -0.114520 0.000000; H -1.934259 0.762503 0.000000; "
     "H -0.599677 0.040712 0.000000; O 1.350625 0.111469 0.000000; "
     "H 1.680398 -0.373741 -0.758561; H 1.680398 -0.373741 0.758561"
 )
-BENZENE = (
-    "C 0.000000 1.396792 0.000000; C 1.209657 0.698396 0.000000; "
-    "C 1.209657 -0.698396 0.000000; C 0.000000 -1.396792 0.000000; "
-    "C -1.209657 -0.698396 0.000000; C -1.209657 0.698396 0.000000; "
-    "H 0.000000 2.484212 0.000000; H 2.151390 1.242106 0.000000; "
-    "H 2.151390 -1.242106 0.000000; H 0.000000 -2.484212 0.000000; "
-    "H -2.151390 -1.242106 0.000000; H -2.151390 1.242106 0.000000"
-)
+
+
+def benzene_geometry(r_c: float = 1.39, r_h: float = 2.48) -> str:
+    """Benzene of docs/benchmarks.md: a regular hexagon in the xy plane, C at radius
+    ``r_c`` and H at ``r_h`` (Å), atom k at k·60°, carbons first, 6 decimals."""
+    import math
+
+    atoms = []
+    for element, radius in (("C", r_c), ("H", r_h)):
+        for k in range(6):
+            angle = math.radians(60 * k)
+            x, y = radius * math.cos(angle), radius * math.sin(angle)
+            # round, then + 0.0: no "-0.000000" for a coordinate of -1e-16
+            atoms.append(f"{element} {round(x, 6) + 0.0:.6f} {round(y, 6) + 0.0:.6f} 0.000000")
+    return "; ".join(atoms)
+
+
+BENZENE = benzene_geometry()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,12 +116,20 @@ SYSTEMS: dict[str, SystemSpec] = {
             H2O_DIMER,
             "cc-pvdz",
             large=True,
+            ref_rccsd=-0.42870769899791,
+            ref_gccsd=-0.42870769899801,
             ref_iters=56,
             ref_s_per_iter_gccsd=5.2,
             ref_s_per_iter_rccsd=0.20,
         ),
         SystemSpec(
-            "benzene-ccpvdz", BENZENE, "cc-pvdz", large=True, ref_iters=52, ref_s_per_iter_rccsd=9.0
+            "benzene-ccpvdz",
+            BENZENE,
+            "cc-pvdz",
+            large=True,
+            ref_rccsd=-0.83645521387070,
+            ref_iters=52,
+            ref_s_per_iter_rccsd=9.0,
         ),
     )
 }
@@ -128,7 +145,7 @@ class System:
 
     spec: SystemSpec
     mf: Any
-    so: SpinOrbitalIntegrals
+    so: SpinOrbitalIntegrals | None
     cs: SpatialIntegrals
     scf_s: float
 
@@ -137,8 +154,10 @@ class System:
         return self.spec.name
 
 
-def load_system(name: str) -> System:
-    """RHF (conv_tol 1e-12, all electrons) and sq_jax's spin-orbital + spatial integrals."""
+def load_system(name: str, *, spin_orbital: bool = True) -> System:
+    """RHF (conv_tol 1e-12, all electrons) and sq_jax's spatial integrals, plus the
+    spin-orbital ones unless ``spin_orbital=False`` (``so`` is then None: benzene's
+    spin-orbital ⟨pq‖rs⟩ would take 22 GB)."""
     import time
 
     from pyscf import gto, scf
@@ -152,7 +171,7 @@ def load_system(name: str) -> System:
     mf.conv_tol = 1e-12
     mf.run()
     cs = spatial_integrals(mf)
-    so = spin_orbital_from_spatial(cs)
+    so = spin_orbital_from_spatial(cs) if spin_orbital else None
     return System(spec, mf, so, cs, time.perf_counter() - t0)
 
 
