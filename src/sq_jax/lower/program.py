@@ -113,7 +113,11 @@ class Program(eqx.Module):
 
     @property
     def jitted(self) -> Any:
-        """The plain ``jax.jit`` of the program (for nesting, ``.lower()`` ...)."""
+        """The plain ``jax.jit`` of the program (for nesting, ``.lower()`` ...).
+
+        It takes the inputs dict; with a mesh, the pair ``(whole, split)`` that
+        :meth:`_place` builds (split blocks zero-padded).
+        """
         return self.aot.jitted
 
     def compiled(self, inputs: Mapping[str, Any]) -> Any:

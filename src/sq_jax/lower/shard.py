@@ -12,27 +12,36 @@ with ``m = ceil(n / D)``; it is equivalent to::
     for d in devices:                          # in parallel, one lax.scan each
         for k in range(d * m, d * m + m):
             if k < n:                          # else: a masked no-op batch (lax.cond)
-                local = run(body, batch=k)
+                local = run(body, elements=[k*block, k*block+block))  # zero past extent
                 acc_d[v] += local[v]; pieces_d[v].append(local[v])
     acc = psum(acc_d)                          # Sum escapes: reduced across devices
-    pieces = concatenate(pieces_d)[:n]         # Scatter escapes: sharded, then gathered
+    pieces = concatenate(pieces_d)[:extent]    # Scatter escapes: stay split
 
 Why masked no-op batches and not unequal trip counts: a trip count that depends on the
 device index turns the loop into a ``while_loop``, which reverse mode cannot
 differentiate. The batch *index range* is padded to ``D*m``; the padded indices on the
-last devices take the no-op branch of a ``lax.cond`` and compute nothing. Input arrays
-are never padded. When the block size does not divide the extent, the distributed loop
-always uses the overlapping last batch (starts at ``extent - block``, overlap masked or
-dropped) so every batch has one shape.
+last devices take the no-op branch of a ``lax.cond`` and compute nothing.
 
-What stays replicated: every input tensor (each device holds a full copy), every value
-computed outside the distributed loops, and the results (Sum escapes after ``psum``,
-Scatter escapes after the gather). Only the batches of the outermost loops are split.
+Memory is divided by splitting the inputs (:func:`sharded_inputs`): an input block
+whose every read cuts one mode to the batch of a distributed root loop is zero-padded
+along that mode to ``D*m*block`` elements and held split over the mesh, so device ``d``
+holds exactly the elements of its own batches (``1/D`` of the padded block) and reads
+them locally. A block read whole anywhere (or at the root) is replicated: a loop must
+see it whole. Batch ``k`` always covers ``[k*block, k*block+block)``; an operand that is
+not split is cut where it fits and shifted so that elements past the extent read as
+zero. The equations are polynomial in the inputs, so every value computed in a batch is
+exactly zero past the extent: sums are exact and scattered pieces are cut to the extent.
+Values built in the loop stay per device; Scatter escapes leave ``shard_map`` split
+along the mesh axis and stay so (XLA moves them only where a later step needs them
+whole); Sum escapes are all-reduced.
+
+What stays replicated: input blocks read whole somewhere, every value computed outside
+the distributed loops (computed redundantly), Sum escapes and loop carries.
 
 References: JAX's ``shard_map`` (jax:jax/_src/shard_map.py) and its notes on varying
-manual axes. Known limitations: memory does not shrink with more devices except for the
-stacked Scatter pieces (inputs and results are replicated); only the root loops are
-distributed, so a schedule whose root has no loop runs replicated on every device.
+manual axes. Known limitations: only the root loops are distributed, so a schedule
+whose root has no loop runs replicated on every device; inputs given as full tensors
+(``"g"``) are replicated (pass blocks to have them split).
 
 Example:
     >>> import jax, numpy as np, sq_jax as sq
@@ -406,18 +415,17 @@ def peak_bytes_per_device(sf: ScheduledForest, lowered: LoweredProgram, num_devi
 
     The schedule's peak model (:mod:`sq_jax.schedule.peak`) already charges one batch
     per loop, which is what each device holds. What changes per device is each Scatter
-    escape of a distributed loop: the device's stacked share of the pieces
-    (``m * block`` of ``extent`` elements, ``m = ceil(n / D)``) is live together with the
-    gathered whole value. Sum escapes keep one accumulator (the all-reduce may reuse it);
-    inputs are excluded as in ``peak_bytes`` (they are replicated: add them once per
-    device).
+    escape of a distributed loop: it stays split, so a device holds its share of it
+    (``m * block`` of ``extent`` elements, ``m = ceil(n / D)``). Sum escapes keep one
+    accumulator (the all-reduce may reuse it); inputs are excluded as in ``peak_bytes``
+    (add the replicated ones whole and ``1/D`` of each padded split one per device).
 
     Example:
         >>> import sq_jax as sq
         >>> prog = sq.compile("R{a1;i1} = f{a1;a2} t{a2;i1}", sq.Spaces(i=2, a=4),
         ...                   batch={"a": {"batches": 4, "roles": "external"}})
         >>> prog.peak_bytes, peak_bytes_per_device(prog.schedule, prog.lowered, 2)
-        (64, 96)
+        (64, 32)
     """
     share: dict[int, tuple[int, int]] = {}
     for ins in lowered.body:
@@ -430,7 +438,7 @@ def peak_bytes_per_device(sf: ScheduledForest, lowered: LoweredProgram, num_devi
         PeakCell(
             c.value_id,
             c.home_depth,
-            c.footprint + -(-c.footprint * share[c.value_id][0] // share[c.value_id][1]),
+            -(-c.footprint * share[c.value_id][0] // share[c.value_id][1]),
             c.first_use,
             c.last_use,
         )
