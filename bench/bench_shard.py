@@ -17,11 +17,12 @@ Usage::
     .venv/bin/python bench/bench_shard.py --nocc 6 --nvirt 16 --batches 8 --repeat 3 \\
         --json bench/bench_shard.json
     # memory only (compile, no call): the W3 1/4 plan of H2O/cc-pVDZ sizes
-    .venv/bin/python bench/bench_shard.py --nocc 10 --nvirt 38 --batches 4 --repeat 0
+    .venv/bin/python bench/bench_shard.py --nocc 10 --nvirt 38 --batches 4 --repeat 0 \\
+        --devices 0 1 2 4
 
 Inputs are passed as blocks (as in W3): a block read only in batches of the split loop
 is held split over the devices; "÷ first row" is XLA temp + arguments per device over
-the first device count's.
+the first row's. Device count 0 is the plain program without a mesh.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _one(nocc: int, nvirt: int, batches: int, repeat: int) -> dict:
+def _one(nocc: int, nvirt: int, batches: int, repeat: int, mesh: bool) -> dict:
     """Run in a subprocess whose device count is already forced."""
     import jax
     import jax.numpy as jnp
@@ -58,13 +59,13 @@ def _one(nocc: int, nvirt: int, batches: int, repeat: int) -> dict:
         "t{a,a;i,i}": 0.1 * rng.standard_normal((nvirt, nvirt, nocc, nocc)),
     }
     plan = {"a": {"batches": batches, "roles": "external"}}
-    prog = sq.compile(text, spaces, batch=plan, devices=devices)
+    prog = sq.compile(text, spaces, batch=plan, devices=devices if mesh else None)
     # inputs as blocks (like W3): a block read only in batches of the split loop is held
     # split over the devices; a full tensor would be replicated
     x = {k: np.asarray(v) for k, v in bind_inputs(prog.schedule.annotated.forest, full).items()}
     mem = prog.memory_analysis(x)
     if repeat == 0:  # memory only: compile, do not run
-        return {"devices": len(devices), **_memory(prog, mem)}
+        return {"devices": len(devices) if mesh else 0, **_memory(prog, mem)}
     t0 = time.perf_counter()
     out = jax.block_until_ready(prog(x))
     first = time.perf_counter() - t0
@@ -75,7 +76,7 @@ def _one(nocc: int, nvirt: int, batches: int, repeat: int) -> dict:
         times.append(time.perf_counter() - t0)
     norm = float(jnp.linalg.norm(out["R2"]))
     return {
-        "devices": len(devices),
+        "devices": len(devices) if mesh else 0,
         "nocc": nocc,
         "nvirt": nvirt,
         "batches": batches,
@@ -130,23 +131,26 @@ def main() -> None:
     ap.add_argument("--nvirt", type=int, default=24)
     ap.add_argument("--batches", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument(
+        "--devices", type=int, nargs="+", default=[1, 2, 4], help="0: no mesh (plain program)"
+    )
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(_one(args.nocc, args.nvirt, args.batches, args.repeat)))
+        mesh = args.devices != [0]
+        print(json.dumps(_one(args.nocc, args.nvirt, args.batches, args.repeat, mesh)))
         return
     rows = []
     for d in args.devices:
         env = dict(os.environ)
         env["XLA_FLAGS"] = (
-            env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={d}"
+            env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={max(d, 1)}"
         ).strip()
         env["JAX_PLATFORMS"] = "cpu"
         cmd = [sys.executable, __file__, "--child", "--nocc", str(args.nocc)]
         cmd += ["--nvirt", str(args.nvirt), "--batches", str(args.batches)]
-        cmd += ["--repeat", str(args.repeat)]
+        cmd += ["--repeat", str(args.repeat), "--devices", str(d)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             sys.exit(proc.stderr[-4000:])
