@@ -16,6 +16,13 @@ Usage::
     .venv/bin/python bench/bench_shard.py            # i=8, a=24, a in 8 batches
     .venv/bin/python bench/bench_shard.py --nocc 6 --nvirt 16 --batches 8 --repeat 3 \\
         --json bench/bench_shard.json
+    # memory only (compile, no call): the W3 1/4 plan of H2O/cc-pVDZ sizes
+    .venv/bin/python bench/bench_shard.py --nocc 10 --nvirt 38 --batches 4 --repeat 0 \\
+        --devices 0 1 2 4
+
+Inputs are passed as blocks (as in W3): a block read only in batches of the split loop
+is held split over the devices; "÷ first row" is XLA temp + arguments per device over
+the first row's. Device count 0 is the plain program without a mesh.
 """
 
 from __future__ import annotations
@@ -27,9 +34,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
-def _one(nocc: int, nvirt: int, batches: int, repeat: int) -> dict:
+def _one(nocc: int, nvirt: int, batches: int, repeat: int, mesh: bool) -> dict:
     """Run in a subprocess whose device count is already forced."""
     import jax
     import jax.numpy as jnp
@@ -37,21 +45,27 @@ def _one(nocc: int, nvirt: int, batches: int, repeat: int) -> dict:
 
     import sq_jax as sq
     from sq_jax.cc.equations import load_equations
-    from sq_jax.lower.shard import xla_bytes_per_device
+    from sq_jax.forest.inputs import bind_inputs
 
     devices = jax.devices()
     text = load_equations("ccsd_so")
     spaces = sq.Spaces(i=nocc, a=nvirt)
     n = nocc + nvirt
     rng = np.random.default_rng(0)
-    x = {
+    full = {
         "f": rng.standard_normal((n, n)),
         "g": rng.standard_normal((n, n, n, n)),
         "t{a;i}": 0.1 * rng.standard_normal((nvirt, nocc)),
         "t{a,a;i,i}": 0.1 * rng.standard_normal((nvirt, nvirt, nocc, nocc)),
     }
     plan = {"a": {"batches": batches, "roles": "external"}}
-    prog = sq.compile(text, spaces, batch=plan, devices=devices)
+    prog = sq.compile(text, spaces, batch=plan, devices=devices if mesh else None)
+    # inputs as blocks (like W3): a block read only in batches of the split loop is held
+    # split over the devices; a full tensor would be replicated
+    x = {k: np.asarray(v) for k, v in bind_inputs(prog.schedule.annotated.forest, full).items()}
+    mem = prog.memory_analysis(x)
+    if repeat == 0:  # memory only: compile, do not run
+        return {"devices": len(devices) if mesh else 0, **_memory(prog, mem)}
     t0 = time.perf_counter()
     out = jax.block_until_ready(prog(x))
     first = time.perf_counter() - t0
@@ -60,19 +74,13 @@ def _one(nocc: int, nvirt: int, batches: int, repeat: int) -> dict:
         t0 = time.perf_counter()
         jax.block_until_ready(prog(x))
         times.append(time.perf_counter() - t0)
-    mem = prog.memory_analysis(x)
     norm = float(jnp.linalg.norm(out["R2"]))
     return {
-        "devices": len(devices),
+        "devices": len(devices) if mesh else 0,
         "nocc": nocc,
         "nvirt": nvirt,
         "batches": batches,
-        "static_peak_single": prog.peak_bytes,
-        "static_peak_per_device": prog.peak_bytes_per_device,
-        "xla_argument_per_device": int(mem.argument_size_in_bytes),
-        "xla_output_per_device": int(mem.output_size_in_bytes),
-        "xla_temp_per_device": int(mem.temp_size_in_bytes),
-        "xla_total_per_device": xla_bytes_per_device(mem),
+        **_memory(prog, mem),
         "compile_and_first_call_s": round(first, 2),
         "call_s_median": round(sorted(times)[len(times) // 2], 4),
         "energy": float(out["E"]),
@@ -80,18 +88,38 @@ def _one(nocc: int, nvirt: int, batches: int, repeat: int) -> dict:
     }
 
 
+def _memory(prog: Any, mem: Any) -> dict:
+    """The static and XLA per-device memory figures of a compiled program."""
+    from sq_jax.lower.shard import xla_bytes_per_device
+
+    return {
+        "split_inputs": [s.key for s in prog.split_inputs],
+        "static_peak_single": prog.peak_bytes,
+        "static_peak_per_device": prog.peak_bytes_per_device,
+        "xla_argument_per_device": int(mem.argument_size_in_bytes),
+        "xla_output_per_device": int(mem.output_size_in_bytes),
+        "xla_temp_per_device": int(mem.temp_size_in_bytes),
+        "xla_total_per_device": xla_bytes_per_device(mem),
+        "xla_temp_plus_argument_per_device": int(
+            mem.temp_size_in_bytes + mem.argument_size_in_bytes
+        ),
+    }
+
+
 def _table(rows: list[dict]) -> str:
     head = (
-        "| devices | static peak/dev | XLA args/dev | XLA temp/dev | XLA total/dev "
-        "| compile+1st (s) | call (s) |"
+        "| devices | static peak/dev | XLA args/dev | XLA temp/dev | temp+args/dev "
+        "| ÷ first row | compile+1st (s) | call (s) |"
     )
-    lines = [head, "|" + "---|" * 7]
+    lines = [head, "|" + "---|" * 8]
+    base = rows[0]["xla_temp_plus_argument_per_device"]
     for r in rows:
+        both = r["xla_temp_plus_argument_per_device"]
         lines.append(
             f"| {r['devices']} | {r['static_peak_per_device']:,} | "
             f"{r['xla_argument_per_device']:,} | {r['xla_temp_per_device']:,} | "
-            f"{r['xla_total_per_device']:,} | {r['compile_and_first_call_s']} | "
-            f"{r['call_s_median']} |"
+            f"{both:,} | {both / base:.3f} | {r.get('compile_and_first_call_s', '-')} | "
+            f"{r.get('call_s_median', '-')} |"
         )
     return "\n".join(lines)
 
@@ -103,32 +131,35 @@ def main() -> None:
     ap.add_argument("--nvirt", type=int, default=24)
     ap.add_argument("--batches", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument(
+        "--devices", type=int, nargs="+", default=[1, 2, 4], help="0: no mesh (plain program)"
+    )
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(_one(args.nocc, args.nvirt, args.batches, args.repeat)))
+        mesh = args.devices != [0]
+        print(json.dumps(_one(args.nocc, args.nvirt, args.batches, args.repeat, mesh)))
         return
     rows = []
     for d in args.devices:
         env = dict(os.environ)
         env["XLA_FLAGS"] = (
-            env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={d}"
+            env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={max(d, 1)}"
         ).strip()
         env["JAX_PLATFORMS"] = "cpu"
         cmd = [sys.executable, __file__, "--child", "--nocc", str(args.nocc)]
         cmd += ["--nvirt", str(args.nvirt), "--batches", str(args.batches)]
-        cmd += ["--repeat", str(args.repeat)]
+        cmd += ["--repeat", str(args.repeat), "--devices", str(d)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             sys.exit(proc.stderr[-4000:])
         rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         print(json.dumps(rows[-1]), flush=True)
-    energies = {r["energy"] for r in rows}
-    spread = max(energies) - min(energies)
     print(_table(rows))
-    print(f"energy spread across device counts: {spread:.2e}")
+    energies = {r["energy"] for r in rows if "energy" in r}
+    if energies:
+        print(f"energy spread across device counts: {max(energies) - min(energies):.2e}")
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
 

@@ -8,12 +8,15 @@ fewer batches than devices, an overlapping remainder batch) and prints a JSON su
 that the tests below parse:
 
 * the whole corpus (``tests/corpus.py``) as one system, against the single-device program;
-* a spin-orbital CCSD residual (i=4, a=6, random inputs);
-* ``jax.grad`` of a scalar of the sharded program against the single-device gradient
-  (nested loops, Sum and Scatter escapes, a remainder, ``remat``);
-* per-device memory: the static figure and XLA's.
+* a spin-orbital CCSD residual (i=4, a=6, random inputs), given as blocks (split ones
+  held split over the devices) and as full tensors (replicated);
+* ``jax.grad`` of a scalar of the sharded program against the single-device gradient,
+  with respect to every input (split and replicated): nested loops, Sum and Scatter
+  escapes, a remainder, ``remat``; and the same for a batched CCSD residual;
+* per-device memory: the static figure, and XLA's argument bytes, which must equal the
+  replicated inputs plus ``1/D`` of each zero-padded split block, exactly.
 
-In-process tests cover the 1-device mesh and argument errors.
+In-process tests cover the 1-device mesh, which blocks are split, and argument errors.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ def _child() -> dict:
     import jax.numpy as jnp
 
     from sq_jax.cc.equations import load_equations
+    from sq_jax.forest.inputs import bind_inputs
     from sq_jax.lower.shard import xla_bytes_per_device
     from tests.helpers.corpus import COMBINED, SPACES
     from tests.helpers.schedule_corpus import random_blocks
@@ -105,7 +109,23 @@ def _child() -> dict:
         "t{a;i}": 0.1 * rng.standard_normal((6, 4)),
         "t{a,a;i,i}": 0.1 * rng.standard_normal((6, 6, 4, 4)),
     }
-    compare("ccsd a:6", text, spaces, {"a": {"block": 1, "roles": "external"}}, cc)
+    cc_plan = {"a": {"block": 1, "roles": "external"}}
+    cc_forest = sq.build_forest(sq.parse(text, spaces=spaces), spaces)
+    cc_blocks = {k: np.asarray(v) for k, v in bind_inputs(cc_forest, cc).items()}
+    compare("ccsd a:6", text, spaces, cc_plan, cc_blocks)
+    compare("ccsd a:6 full tensors", text, spaces, cc_plan, cc)
+    # 3 batches of 3 over a=7 (a remainder; on 4 devices one idles), i=3: 10 orbitals
+    cc7_spaces = sq.Spaces(i=3, a=7)
+    cc7 = {
+        "f": cc["f"],
+        "g": cc["g"],
+        "t{a;i}": 0.1 * rng.standard_normal((7, 3)),
+        "t{a,a;i,i}": 0.1 * rng.standard_normal((7, 7, 3, 3)),
+    }
+    cc7_forest = sq.build_forest(sq.parse(text, spaces=cc7_spaces), cc7_spaces)
+    cc7_blocks = {k: np.asarray(v) for k, v in bind_inputs(cc7_forest, cc7).items()}
+    cc7_plan = {"a": {"batches": 3, "roles": "external"}}
+    compare("ccsd a:3 of 7", text, cc7_spaces, cc7_plan, cc7_blocks)
     lap("ccsd")
 
     # gradients: nested loops (external i outside, contracted a inside), Sum + Scatter
@@ -119,28 +139,55 @@ def _child() -> dict:
     )
     gforest = sq.build_forest(sq.parse(gtext, spaces=SPACES), SPACES)
     gx = random_blocks(gforest, seed=9)
-    t2 = "t{a,a;i,i}"
     # i=3 in blocks of 2: 2 batches (fewer than devices), the last one overlapping
     plan = {"i": {"block": 2, "roles": "external"}, "a": {"block": 3, "roles": "contracted"}}
 
-    def loss(prog, amp):
-        r = prog({**gx, t2: amp})
+    def loss(prog, x):
+        r = prog(x)
         return r["E"] + jnp.sum(r["R"] ** 2) + jnp.sum(jnp.sin(r["S"]))
 
-    ref_prog = sq.compile(gtext, SPACES, batch=plan, remat=True)
-    want = jax.grad(lambda a: loss(ref_prog, a))(gx[t2])
-    for d in DEVICES:
-        prog = sq.compile(gtext, SPACES, batch=plan, remat=True, devices=devices[:d])
-        got = jax.grad(lambda a, p=prog: loss(p, a))(gx[t2])
-        roots = [lp.num_batches for lp in prog.lowered.body if hasattr(lp, "body")]
-        err = _max_rel({"g": got}, {"g": want})
-        out["grad"].append({"devices": d, "batches": sorted(set(roots)), "err": err})
+    def grad_rows(tag, text_, spaces_, plan_, x, loss_, **kw):
+        ref_prog = sq.compile(text_, spaces_, batch=plan_, **kw)
+        want = jax.grad(lambda v: loss_(ref_prog, v))(x)
+        for d in DEVICES:
+            prog = sq.compile(text_, spaces_, batch=plan_, devices=devices[:d], **kw)
+            got = jax.grad(lambda v, p=prog: loss_(p, v))(x)
+            roots = [lp.num_batches for lp in prog.lowered.body if hasattr(lp, "body")]
+            out["grad"].append(
+                {
+                    "case": tag,
+                    "devices": d,
+                    "batches": sorted(set(roots)),
+                    "split": [s.key for s in prog.split_inputs],
+                    "err": _max_rel(got, want),
+                }
+            )
+
+    grad_rows("mixed", gtext, SPACES, plan, gx, loss, remat=True)
+
+    # a batched CC residual: E + <l1, R1> + <l2, R2> with fixed random l
+    shapes = progs["ccsd a:3 of 7", 1](cc7_blocks)
+    lam = {k: rng.standard_normal(shapes[k].shape) for k in ("R1", "R2")}
+
+    def cc_loss(prog, x):
+        r = prog(x)
+        return r["E"] + jnp.vdot(lam["R1"], r["R1"]) + jnp.vdot(lam["R2"], r["R2"])
+
+    grad_rows("ccsd a:3 of 7", text, cc7_spaces, cc7_plan, cc7_blocks, cc_loss)
     lap("grad")
 
-    # memory per device (the CCSD programs above): static model and XLA's figures
+    # memory per device (the CCSD programs above): static model and XLA's figures; the
+    # argument bytes a device holds: replicated inputs whole, split ones 1/D of the padded
     for d in (1, *DEVICES):
         prog = progs["ccsd a:6", d]
-        mem = prog.memory_analysis(cc)
+        mem = prog.memory_analysis(cc_blocks)
+        split = {s.key: s for s in prog.split_inputs}
+        expected = 0
+        for key, v in cc_blocks.items():
+            if key in split:
+                expected += v.nbytes // v.shape[split[key].position] * split[key].padded // d
+            else:
+                expected += v.nbytes
         out["memory"].append(
             {
                 "devices": d,
@@ -148,7 +195,9 @@ def _child() -> dict:
                 "static_single": prog.peak_bytes,
                 "xla_total": xla_bytes_per_device(mem),
                 "xla_argument": int(mem.argument_size_in_bytes),
-                "input_bytes": sum(np.asarray(v).nbytes for v in cc.values()),
+                "expected_argument": expected,
+                "split_bytes": sum(cc_blocks[k].nbytes for k in split),
+                "input_bytes": sum(v.nbytes for v in cc_blocks.values()),
             }
         )
     lap("memory")
@@ -189,8 +238,13 @@ def test_forward_equals_single_device(summary):
 
 def test_gradients_equal_single_device(summary):
     rows = summary["grad"]
-    assert len(rows) == len(DEVICES)
-    assert all(r["batches"] == [2] for r in rows)  # a remainder batch, fewer than devices
+    assert {(r["case"], r["devices"]) for r in rows} == {
+        (c, d) for c in ("mixed", "ccsd a:3 of 7") for d in DEVICES
+    }
+    # a remainder batch, fewer batches than devices
+    assert all(r["batches"] == [2] for r in rows if r["case"] == "mixed")
+    # the gradient reaches inputs held split over the devices
+    assert all("g{a,a;a,a}" in r["split"] for r in rows if r["case"] == "ccsd a:3 of 7")
     bad = [r for r in rows if not r["err"] <= RTOL]
     assert not bad, bad
 
@@ -199,13 +253,18 @@ def test_memory_per_device(summary):
     rows = {r["devices"]: r for r in summary["memory"]}
     assert set(rows) == {1, *DEVICES}
     for r in rows.values():
-        # the static model charges at least the single-device peak; XLA holds the
-        # replicated inputs on every device
-        assert r["static"] >= r["static_single"] > 0
-        assert r["xla_argument"] >= r["input_bytes"] > 0
+        # the static model: a split Scatter escape is charged its share per device
+        assert 0 < r["static"] <= r["static_single"]
         assert r["xla_total"] >= r["xla_argument"]
+        # each device holds the replicated inputs and its share of the split ones
+        assert r["xla_argument"] == r["expected_argument"]
     assert rows[1]["static"] == rows[1]["static_single"]  # no mesh: the plain peak
-    assert rows[4]["static"] <= rows[3]["static"]
+    assert rows[1]["xla_argument"] == rows[1]["input_bytes"]
+    assert rows[4]["static"] <= rows[3]["static"] < rows[1]["static"]
+    # most of the CCSD inputs (the g blocks with three or four virtual modes) are split;
+    # 6 batches pad to 8 slots on 4 devices and to 6 on 3: the same share per device
+    assert rows[4]["split_bytes"] > 0.5 * rows[4]["input_bytes"]
+    assert rows[4]["xla_argument"] == rows[3]["xla_argument"] < 0.65 * rows[1]["xla_argument"]
 
 
 # -- in-process (one device) ---------------------------------------------------------------
@@ -226,6 +285,39 @@ def test_one_device_mesh_equals_plain_program():
         assert prog.mesh is not None and prog.mesh.size == 1
         assert _max_rel(prog(x), want) <= RTOL
         assert "shard_map" in str(prog.make_jaxpr(x))
+
+
+def test_split_inputs_are_the_blocks_only_batches_read():
+    from sq_jax.cc.equations import load_equations
+
+    prog = sq.compile(
+        load_equations("ccsd_so"),
+        sq.Spaces(i=3, a=7),
+        batch={"a": {"batches": 3, "roles": "external"}},
+        devices=jax.devices()[:1],
+    )
+    split = {s.key: s for s in prog.split_inputs}
+    # read only cut to a batch of an outermost loop: split (7 padded to 3 batches of 3)
+    assert split["g{a,a;a,a}"].position == 0
+    assert (split["g{a,a;a,a}"].extent, split["g{a,a;a,a}"].padded) == (7, 9)
+    # read whole inside a loop, or at the root: replicated
+    assert "t{a,a;i,i}" not in split and "g{i,i;a,a}" not in split
+
+
+def test_split_block_of_wrong_shape_is_an_input_error():
+    prog = sq.compile(
+        "R{a1;i1} = f{a1;a2} t{a2;i1}",
+        sq.Spaces(i=2, a=5),
+        batch={"a": {"batches": 2, "roles": "external"}},
+        devices=jax.devices()[:1],
+    )
+    assert [s.key for s in prog.split_inputs] == ["f{a;a}"]
+    t = np.ones((5, 2))
+    for bad in (np.ones((5, 4)), np.ones((4, 5)), np.ones(5)):
+        with pytest.raises(sq.InputError, match=r"input 'f\{a;a\}' has shape"):
+            prog({"f{a;a}": bad, "t{a;i}": t})
+    got = prog({"f{a;a}": np.eye(5), "t{a;i}": t})["R"]
+    np.testing.assert_array_equal(np.asarray(got), t)
 
 
 def test_plain_program_has_no_mesh():

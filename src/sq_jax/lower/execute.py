@@ -117,15 +117,18 @@ def run_body(
     dtype: Any,
     remat: bool,
     vary: Any = None,
+    read: Any = read_operand,
 ) -> None:
     """Run ``body`` in order, storing each produced value in ``env``.
 
     ``vary`` (``None`` outside ``shard_map``) retypes a loop carry as varying across the
-    mesh axis, so nested loops type-check inside :mod:`sq_jax.lower.shard`.
+    mesh axis, so nested loops type-check inside :mod:`sq_jax.lower.shard`; ``read``
+    (default :func:`read_operand`) is how operands are cut, which :mod:`sq_jax.lower.shard`
+    replaces to read a device's local shard of a sharded input.
     """
     for ins in body:
         if isinstance(ins, Contract):
-            ops = [read_operand(r, env, ctx, blocks, dtype) for r in ins.operands]
+            ops = [read(r, env, ctx, blocks, dtype) for r in ins.operands]
             for k, p, lp in ins.masks:
                 _, size, valid_from = ctx[lp]
                 if valid_from is not None:
@@ -133,13 +136,13 @@ def run_body(
             env[ins.value_id] = contract(ins, ops)
         elif isinstance(ins, Combine):
             terms = []
-            ops = [read_operand(r, env, ctx, blocks, dtype) for r in ins.operands]
+            ops = [read(r, env, ctx, blocks, dtype) for r in ins.operands]
             for x, perm, c in zip(ops, ins.perms, ins.coefs, strict=True):
                 x = jnp.transpose(x, perm) if perm != tuple(range(len(perm))) else x
                 terms.append(x if c == 1.0 else c * x)
             env[ins.value_id] = terms[0] + terms[1]
         else:
-            env.update(run_loop(ins, env, ctx, blocks, dtype, remat, vary))
+            env.update(run_loop(ins, env, ctx, blocks, dtype, remat, vary, read))
 
 
 def merge_batches(stacked: Any, position: int) -> Any:
@@ -158,6 +161,7 @@ def run_loop(
     dtype: Any,
     remat: bool,
     vary: Any = None,
+    read: Any = read_operand,
 ) -> dict[int, Any]:
     """One scope block: a loop over the batches of ``loop.loop``.
 
@@ -186,7 +190,7 @@ def run_loop(
     def batch(start: Any, valid_from: Any, size: int) -> tuple[tuple[Any, ...], ...]:
         local = dict(env)
         inner = {**ctx, loop.loop: (start, size, valid_from)}
-        run_body(loop.body, local, inner, blocks, dtype, remat, vary)
+        run_body(loop.body, local, inner, blocks, dtype, remat, vary, read)
         outs = (
             tuple(local[v] for v in sums),
             tuple(local[v] for v in carries),

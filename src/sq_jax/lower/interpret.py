@@ -45,6 +45,7 @@ def run_lowered(
     *,
     remat: bool = False,
     shard: ShardPlan | None = None,
+    padded: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Evaluate an instruction tree on input blocks (traceable; jit it around this).
 
@@ -55,6 +56,8 @@ def run_lowered(
         remat: wrap every loop body in ``jax.checkpoint``.
         shard: distribute the batches of every root loop over this plan's device mesh
             (:mod:`sq_jax.lower.shard`); ``None`` runs everything on one device.
+        padded: with ``shard``, blocks of ``shard.inputs`` already zero-padded along
+            their split mode (the others are padded from ``blocks``).
 
     Returns:
         One array per equation, modes in the order of its left-hand side.
@@ -76,7 +79,7 @@ def run_lowered(
     if shard is None:
         run_body(lowered.body, env, {}, cast, dtype, remat)
     else:
-        run_sharded_body(shard, lowered.body, env, cast, dtype, remat)
+        run_sharded_body(shard, lowered.body, env, cast, dtype, remat, padded)
     out: dict[str, Any] = {}
     for res in lowered.results:
         x = read_operand(res.read, env, {}, cast, dtype)

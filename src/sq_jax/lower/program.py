@@ -45,12 +45,19 @@ def _evaluate(
     forest: Forest,
     remat: bool,
     inputs: Mapping[str, Any],
+    padded: Mapping[str, Any] | None = None,
     shard: ShardPlan | None = None,
 ) -> dict[str, Any]:
     import jax.numpy as jnp
+    from jax import lax
 
-    blocks = bind_inputs(forest, inputs, xp=jnp)
-    return run_lowered(lowered, blocks, remat=remat, shard=shard)
+    # split blocks arrive zero-padded (see Program._place): bind the unpadded view
+    whole = dict(inputs)
+    for s in () if shard is None else shard.inputs:
+        if padded and s.key in padded:
+            whole[s.key] = lax.slice_in_dim(padded[s.key], 0, s.extent, axis=s.position)
+    blocks = bind_inputs(forest, whole, xp=jnp)
+    return run_lowered(lowered, blocks, remat=remat, shard=shard, padded=padded)
 
 
 class Program(eqx.Module):
@@ -82,6 +89,9 @@ class Program(eqx.Module):
     included; inputs excluded). Compare with :meth:`memory_analysis`."""
     mesh: Any = eqx.field(static=True, default=None)
     """The 1-D ``jax.sharding.Mesh`` the outermost loops are split over, or ``None``."""
+    split_inputs: tuple[Any, ...] = eqx.field(static=True, default=())
+    """With a mesh, the input blocks held split over it
+    (:class:`sq_jax.lower.shard.ShardedInput`); the rest are replicated."""
     peak_bytes_per_device: int = eqx.field(static=True, default=0)
     """Static peak per device (``peak_bytes`` without a mesh; see
     :func:`sq_jax.lower.shard.peak_bytes_per_device`)."""
@@ -99,11 +109,15 @@ class Program(eqx.Module):
         Raises:
             InputError: a missing, unknown, mis-shaped or non-numeric input.
         """
-        return self.aot(self._place(_check_inputs(inputs)))
+        return self.aot(*self._place(_check_inputs(inputs)))
 
     @property
     def jitted(self) -> Any:
-        """The plain ``jax.jit`` of the program (for nesting, ``.lower()`` ...)."""
+        """The plain ``jax.jit`` of the program (for nesting, ``.lower()`` ...).
+
+        It takes the inputs dict; with a mesh, the pair ``(whole, split)`` that
+        :meth:`_place` builds (split blocks zero-padded).
+        """
         return self.aot.jitted
 
     def compiled(self, inputs: Mapping[str, Any]) -> Any:
@@ -119,15 +133,32 @@ class Program(eqx.Module):
             >>> ma.temp_size_in_bytes + ma.output_size_in_bytes, prog.memory_bytes
             (160000, 160064)
         """
-        return self.aot.compiled(self._place(_check_inputs(inputs)))
+        return self.aot.compiled(*self._place(_check_inputs(inputs)))
 
-    def _place(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """With a mesh: every input replicated on its devices (a no-op when already so)."""
+    def _place(self, inputs: dict[str, Any]) -> tuple[Any, ...]:
+        """The jitted function's arguments: ``(inputs,)``, or with a mesh ``(whole, split)``.
+
+        With a mesh, each block of ``shard.inputs`` given under its block key with its
+        expected shape is zero-padded along its split mode and placed split over the
+        mesh (each device holds its share); every other input is placed replicated.
+        """
         if self.mesh is None:
-            return inputs
+            return (inputs,)
+        import jax.numpy as jnp
         from jax.sharding import NamedSharding, PartitionSpec
 
-        return jax.device_put(inputs, NamedSharding(self.mesh, PartitionSpec()))
+        whole, split = dict(inputs), {}
+        for s in self.split_inputs:
+            x = inputs.get(s.key)
+            if x is None or not hasattr(x, "shape") or jnp.ndim(x) <= s.position:
+                continue
+            if x.shape[s.position] != s.extent:
+                continue  # a wrong shape: bind_inputs reports it
+            x = s.pad(jnp.asarray(x))
+            spec = s.spec(x.ndim, self.mesh.axis_names[0])
+            split[s.key] = jax.device_put(x, NamedSharding(self.mesh, spec))
+            del whole[s.key]
+        return jax.device_put(whole, NamedSharding(self.mesh, PartitionSpec())), split
 
     def memory_analysis(self, inputs: Mapping[str, Any]) -> Any:
         """XLA's memory figures of the compiled program for these inputs' shapes.
@@ -166,7 +197,7 @@ class Program(eqx.Module):
 
     def make_jaxpr(self, inputs: Mapping[str, Any]) -> Any:
         """The closed jaxpr of the program for these inputs (for inspection and tests)."""
-        return jax.make_jaxpr(self.jitted)(self._place(_check_inputs(inputs)))
+        return jax.make_jaxpr(self.jitted)(*self._place(_check_inputs(inputs)))
 
 
 def _check_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -194,7 +225,8 @@ def make_program(
     """Wrap a lowered schedule into a :class:`Program` (one ``jax.jit``).
 
     With ``shard`` (:func:`sq_jax.lower.shard.make_shard_plan`), the root loops are
-    split over its mesh and inputs and results are replicated on every device.
+    split over its mesh; input blocks read only in batches of those loops are held split
+    along the mesh axis (:func:`sq_jax.lower.shard.sharded_inputs`), the rest replicated.
 
     Example:
         >>> import sq_jax as sq
@@ -212,10 +244,12 @@ def make_program(
     if shard is None:
         fn, per_device = AotJit(run), sf.peak.peak_bytes
     else:
-        from .shard import peak_bytes_per_device
+        from dataclasses import replace
 
-        rep = shard.replicated()
-        fn = AotJit(partial(run, shard=shard), in_shardings=(rep,), out_shardings=rep)
+        from .shard import peak_bytes_per_device, sharded_inputs
+
+        shard = replace(shard, inputs=sharded_inputs(lowered, shard.size))
+        fn = AotJit(partial(run, shard=shard))
         per_device = peak_bytes_per_device(sf, lowered, shard.size)
     return Program(
         schedule=sf,
@@ -226,5 +260,6 @@ def make_program(
         memory_bytes=memory_model(lowered).peak(),
         aot=fn,
         mesh=None if shard is None else shard.mesh,
+        split_inputs=() if shard is None else shard.inputs,
         peak_bytes_per_device=per_device,
     )

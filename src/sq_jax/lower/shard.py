@@ -12,27 +12,36 @@ with ``m = ceil(n / D)``; it is equivalent to::
     for d in devices:                          # in parallel, one lax.scan each
         for k in range(d * m, d * m + m):
             if k < n:                          # else: a masked no-op batch (lax.cond)
-                local = run(body, batch=k)
+                local = run(body, elements=[k*block, k*block+block))  # zero past extent
                 acc_d[v] += local[v]; pieces_d[v].append(local[v])
     acc = psum(acc_d)                          # Sum escapes: reduced across devices
-    pieces = concatenate(pieces_d)[:n]         # Scatter escapes: sharded, then gathered
+    pieces = concatenate(pieces_d)[:extent]    # Scatter escapes: stay split
 
 Why masked no-op batches and not unequal trip counts: a trip count that depends on the
 device index turns the loop into a ``while_loop``, which reverse mode cannot
 differentiate. The batch *index range* is padded to ``D*m``; the padded indices on the
-last devices take the no-op branch of a ``lax.cond`` and compute nothing. Input arrays
-are never padded. When the block size does not divide the extent, the distributed loop
-always uses the overlapping last batch (starts at ``extent - block``, overlap masked or
-dropped) so every batch has one shape.
+last devices take the no-op branch of a ``lax.cond`` and compute nothing.
 
-What stays replicated: every input tensor (each device holds a full copy), every value
-computed outside the distributed loops, and the results (Sum escapes after ``psum``,
-Scatter escapes after the gather). Only the batches of the outermost loops are split.
+Memory is divided by splitting the inputs (:func:`sharded_inputs`): an input block
+whose every read cuts one mode to the batch of a distributed root loop is zero-padded
+along that mode to ``D*m*block`` elements and held split over the mesh, so device ``d``
+holds exactly the elements of its own batches (``1/D`` of the padded block) and reads
+them locally. A block read whole anywhere (or at the root) is replicated: a loop must
+see it whole. Batch ``k`` always covers ``[k*block, k*block+block)``; an operand that is
+not split is cut where it fits and shifted so that elements past the extent read as
+zero. The equations are polynomial in the inputs, so every value computed in a batch is
+exactly zero past the extent: sums are exact and scattered pieces are cut to the extent.
+Values built in the loop stay per device; Scatter escapes leave ``shard_map`` split
+along the mesh axis and stay so (XLA moves them only where a later step needs them
+whole); Sum escapes are all-reduced.
+
+What stays replicated: input blocks read whole somewhere, every value computed outside
+the distributed loops (computed redundantly), Sum escapes and loop carries.
 
 References: JAX's ``shard_map`` (jax:jax/_src/shard_map.py) and its notes on varying
-manual axes. Known limitations: memory does not shrink with more devices except for the
-stacked Scatter pieces (inputs and results are replicated); only the root loops are
-distributed, so a schedule whose root has no loop runs replicated on every device.
+manual axes. Known limitations: only the root loops are distributed, so a schedule
+whose root has no loop runs replicated on every device; inputs given as full tensors
+(``"g"``) are replicated (pass blocks to have them split).
 
 Example:
     >>> import jax, numpy as np, sq_jax as sq
@@ -61,19 +70,51 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .._errors import PlanError
 from ..schedule import ScheduledForest
 from ..schedule.peak import PeakCell, PeakSchedule, dag_path, peak_profile_sweep
-from .execute import block_shape, merge_batches, run_body
+from .execute import block_shape, merge_batches, read_operand, run_body
 from .ir import Instr, Loop, LoweredProgram
 
 __all__ = [
     "ShardPlan",
+    "ShardedInput",
     "make_shard_plan",
     "peak_bytes_per_device",
     "run_sharded_body",
+    "sharded_inputs",
     "xla_bytes_per_device",
 ]
 
 AXIS = "batch"
 """Name of the mesh axis built from ``devices=``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShardedInput:
+    """An input block held split along one mode: each device holds ``padded / D`` of it.
+
+    Chosen by :func:`sharded_inputs`: every read of the block cuts this mode to the batch
+    of a distributed root loop. The mode is zero-padded from ``extent`` to ``padded``
+    (``D * m * block``, ``m = ceil(batches / D)``) so that device ``d`` holds exactly the
+    elements of its batches ``d*m .. d*m+m-1``.
+    """
+
+    key: str
+    """The block key."""
+    position: int
+    """The mode (axis of the block) it is split along."""
+    extent: int
+    """Elements of that mode."""
+    padded: int
+    """Elements after zero-padding (a multiple of the device count)."""
+
+    def spec(self, ndim: int, axis: str) -> PartitionSpec:
+        """The ``PartitionSpec`` of the padded block on the mesh."""
+        return PartitionSpec(*(axis if p == self.position else None for p in range(ndim)))
+
+    def pad(self, x: Any) -> Any:
+        """The block zero-padded along its split mode (``jnp.pad``, differentiable)."""
+        widths = [(0, 0)] * x.ndim
+        widths[self.position] = (0, self.padded - self.extent)
+        return jnp.pad(x, widths)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +125,9 @@ class ShardPlan:
     """The mesh (one axis)."""
     axis: str
     """Its axis name; batches are split along it."""
+    inputs: tuple[ShardedInput, ...] = ()
+    """The input blocks held split along the mesh axis (:func:`sharded_inputs`); set by
+    :func:`~sq_jax.lower.program.make_program` once the program is lowered."""
 
     @property
     def size(self) -> int:
@@ -167,11 +211,60 @@ def _varying(x: Any, axis: str) -> Any:
     return x if axis in vma else lax.pcast(x, axis, to="varying")
 
 
+def sharded_inputs(lowered: LoweredProgram, num_devices: int) -> tuple[ShardedInput, ...]:
+    """The input blocks that can be held split along one mode (the rest are replicated).
+
+    A block is split when every read of it lies under a distributed root loop and cuts
+    the same mode to that loop's batch, all such loops having one extent and block size
+    (a block read whole anywhere, or at the root, must be seen whole: replicated).
+
+    Example:
+        >>> import sq_jax as sq
+        >>> prog = sq.compile("R{a1;i1} = f{a1;a2} t{a2;i1}", sq.Spaces(i=2, a=5),
+        ...                   batch={"a": {"batches": 2, "roles": "external"}})
+        >>> [(s.key, s.position, s.extent, s.padded) for s in sharded_inputs(prog.lowered, 2)]
+        [('f{a;a}', 0, 5, 6)]
+    """
+    where: dict[str, set[Any]] = {}
+
+    def visit(body: Sequence[Instr], root: Loop | None) -> None:
+        for ins in body:
+            if isinstance(ins, Loop):
+                visit(ins.body, ins if root is None else root)
+                continue
+            for r in ins.operands:
+                if r.input_key is None:
+                    continue
+                cut = [] if root is None else [p for p, lp in r.slices if lp == root.loop]
+                found = (cut[0], root.extent, root.block, root.num_batches) if cut else None
+                where.setdefault(r.input_key, set()).add(None if len(cut) > 1 else found)
+
+    visit(lowered.body, None)
+    for res in lowered.results:
+        if res.read.input_key is not None:
+            where.setdefault(res.read.input_key, set()).add(None)
+    out = []
+    for key, found in where.items():
+        if len(found) == 1 and None not in found:
+            ((position, extent, block, n),) = found
+            padded = num_devices * -(-n // num_devices) * block
+            out.append(ShardedInput(key, position, extent, padded))
+    return tuple(sorted(out, key=lambda s: s.key))
+
+
+def _shift_left(x: Any, shift: Any, position: int) -> Any:
+    """``y[j] = x[j + shift]`` along ``position``, zeros past the end (``0 <= shift``)."""
+    size = x.shape[position]
+    both = jnp.concatenate([x, jnp.zeros_like(x)], axis=position)
+    return lax.dynamic_slice_in_dim(both, shift, size, axis=position)
+
+
 def _run_distributed(
     plan: ShardPlan,
     loop: Loop,
     env: Mapping[int, Any],
     blocks: Mapping[str, Any],
+    split: Mapping[str, tuple[ShardedInput, Any]],
     dtype: Any,
     remat: bool,
 ) -> dict[int, Any]:
@@ -180,25 +273,46 @@ def _run_distributed(
     block, extent = loop.block, loop.extent
     n = loop.num_batches
     m = plan.split(n)
-    overlap = loop.remainder > 0
     sums = [v for v, _ in loop.sums]
     carries = [v for v, _ in loop.carries]
     scatters = [(v, p) for v, p, _ in loop.scatters]
     full_ctx = {loop.loop: (0, block, None)}
+    local_keys = set(split)
 
-    def per_device(env_in: dict[int, Any], blocks_in: dict[str, Any]) -> Any:
+    def per_device(env_in: dict[int, Any], blocks_in: dict[str, Any], shards: Any) -> Any:
         # Mark every input varying once, here: its transpose (a psum of the cotangents)
         # then runs on all devices, never inside one device's branch of the cond below.
         env_v = {k: _varying(x, axis) for k, x in env_in.items()}
-        blocks_v = {k: _varying(x, axis) for k, x in blocks_in.items()}
+        blocks_v = {k: _varying(x, axis) for k, x in {**blocks_in, **shards}.items()}
         ks = jnp.arange(m)  # this device's batch slots (int64 under x64, like the loops)
         device = lax.axis_index(axis).astype(ks.dtype)
         vary = partial(_varying, axis=axis)
 
-        def batch(start: Any, valid_from: Any) -> tuple[tuple[Any, ...], ...]:
+        def batch(k: Any, j: Any) -> tuple[tuple[Any, ...], ...]:
+            # Batch k covers [k*block, k*block+block) of the zero-padded mode: a split
+            # input is read from this device's shard (local offset j*block); a whole
+            # operand is cut where it still fits and shifted, zeros past the extent.
+            # Zeros make every value vanish past the extent, so sums stay exact.
+            start = jnp.minimum(k * block, extent - block)
+            shift = k * block - start
+
+            def read(r: Any, env_r: Any, ctx: Any, blocks_r: Any, dt: Any) -> Any:
+                cut = [p for p, lp in r.slices if lp == loop.loop]
+                if not cut:
+                    return read_operand(r, env_r, ctx, blocks_r, dt)
+                if r.input_key in local_keys:
+                    return read_operand(
+                        r, env_r, {**ctx, loop.loop: (j * block, block, None)}, blocks_r, dt
+                    )
+                x = read_operand(r, env_r, {**ctx, loop.loop: (start, block, None)}, blocks_r, dt)
+                if loop.remainder:
+                    for p in cut:
+                        x = _shift_left(x, shift, p)
+                return x
+
             local = dict(env_v)
-            ctx = {loop.loop: (start, block, valid_from)}
-            run_body(loop.body, local, ctx, blocks_v, dtype, remat, vary)
+            ctx = {loop.loop: (k * block, block, None)}
+            run_body(loop.body, local, ctx, blocks_v, dtype, remat, vary, read)
             outs = (
                 tuple(local[v] for v in sums),
                 tuple(local[v] for v in carries),
@@ -207,14 +321,9 @@ def _run_distributed(
             return jax.tree.map(lambda x: _varying(x, axis), outs)
 
         run = jax.checkpoint(batch) if remat else batch
-
-        def at(k: Any) -> tuple[tuple[Any, ...], ...]:
-            if not overlap:
-                return run(k * block, None)
-            start = jnp.minimum(k * block, extent - block)
-            return run(start, k * block - start)
-
-        shapes = jax.eval_shape(at, jax.ShapeDtypeStruct((), ks.dtype))
+        shapes = jax.eval_shape(
+            run, jax.ShapeDtypeStruct((), ks.dtype), jax.ShapeDtypeStruct((), ks.dtype)
+        )
 
         def step(carry: Any, j: Any) -> Any:
             acc, cross = carry
@@ -224,7 +333,7 @@ def _run_distributed(
                 zeros = jax.tree.map(lambda s: _varying(jnp.zeros(s.shape, s.dtype), axis), shapes)
                 return zeros[0], cross, zeros[2]
 
-            part, cross, pieces = lax.cond(k < n, lambda: at(k), noop)
+            part, cross, pieces = lax.cond(k < n, lambda: run(k, j), noop)
             return (tuple(a + b for a, b in zip(acc, part, strict=True)), cross), pieces
 
         init = jax.tree.map(
@@ -240,25 +349,24 @@ def _run_distributed(
         return lax.psum(acc, axis), tuple(c[None] for c in cross), stacked
 
     spec = PartitionSpec(axis)
+    shard_specs = {k: s.spec(x.ndim, axis) for k, (s, x) in split.items()}
     acc, cross, stacked = jax.shard_map(
         per_device,
         mesh=plan.mesh,
-        in_specs=(PartitionSpec(), PartitionSpec()),
+        in_specs=(PartitionSpec(), PartitionSpec(), shard_specs),
         out_specs=(PartitionSpec(), spec, spec),
-    )(dict(env), dict(blocks))
-    rep = plan.replicated()
+    )(
+        dict(env),
+        {k: x for k, x in blocks.items() if k not in split},
+        {k: x for k, (_, x) in split.items()},
+    )
     out: dict[int, Any] = dict(zip(sums, acc, strict=True))
     for v, c in zip(carries, cross, strict=True):
-        out[v] = lax.with_sharding_constraint(c[0], rep)  # device 0's copy, to every device
+        out[v] = lax.with_sharding_constraint(c[0], plan.replicated())  # device 0's copy
     for (v, p), y in zip(scatters, stacked, strict=True):
-        y = y[:n]  # drop the padded batch indices
-        if overlap:
-            drop = block - loop.remainder
-            tail = lax.slice_in_dim(y[-1], drop, block, axis=p)
-            full = jnp.concatenate([merge_batches(y[:-1], p), tail], axis=p)
-        else:
-            full = merge_batches(y, p)
-        out[v] = lax.with_sharding_constraint(full, rep)  # gathered: whole on every device
+        # the pieces stay split along the mesh axis; the padded tail is dropped
+        full = merge_batches(y, p)
+        out[v] = lax.slice_in_dim(full, 0, extent, axis=p)
     return out
 
 
@@ -269,11 +377,15 @@ def run_sharded_body(
     blocks: Mapping[str, Any],
     dtype: Any,
     remat: bool,
+    padded: Mapping[str, Any] | None = None,
 ) -> None:
     """Run the root body: loops distributed over ``plan``'s mesh, the rest replicated.
 
     Traceable only (call it under ``jax.jit``); stores each produced value in ``env``
-    like :func:`~sq_jax.lower.interpret.run_lowered`'s root body.
+    like :func:`~sq_jax.lower.interpret.run_lowered`'s root body. Each block of
+    ``plan.inputs`` is taken from ``padded`` (already padded and split, as
+    :meth:`~sq_jax.lower.program.Program.__call__` passes them) or padded here from
+    ``blocks``, and held split along the mesh axis.
 
     Example:
         >>> import sq_jax as sq
@@ -282,9 +394,15 @@ def run_sharded_body(
         >>> prog({"f{a;i}": np.ones((3, 1))})["R"].ravel().tolist()
         [1.0, 1.0, 1.0]
     """
+    padded = padded or {}
+    split = {}
+    for s in plan.inputs:
+        x = padded[s.key] if s.key in padded else s.pad(blocks[s.key])
+        sharding = NamedSharding(plan.mesh, s.spec(x.ndim, plan.axis))
+        split[s.key] = (s, lax.with_sharding_constraint(jnp.asarray(x, dtype), sharding))
     for ins in body:
         if isinstance(ins, Loop):
-            env.update(_run_distributed(plan, ins, env, blocks, dtype, remat))
+            env.update(_run_distributed(plan, ins, env, blocks, split, dtype, remat))
         else:
             run_body((ins,), env, {}, blocks, dtype, remat)
 
@@ -297,18 +415,17 @@ def peak_bytes_per_device(sf: ScheduledForest, lowered: LoweredProgram, num_devi
 
     The schedule's peak model (:mod:`sq_jax.schedule.peak`) already charges one batch
     per loop, which is what each device holds. What changes per device is each Scatter
-    escape of a distributed loop: the device's stacked share of the pieces
-    (``m * block`` of ``extent`` elements, ``m = ceil(n / D)``) is live together with the
-    gathered whole value. Sum escapes keep one accumulator (the all-reduce may reuse it);
-    inputs are excluded as in ``peak_bytes`` (they are replicated: add them once per
-    device).
+    escape of a distributed loop: it stays split, so a device holds its share of it
+    (``m * block`` of ``extent`` elements, ``m = ceil(n / D)``). Sum escapes keep one
+    accumulator (the all-reduce may reuse it); inputs are excluded as in ``peak_bytes``
+    (add the replicated ones whole and ``1/D`` of each padded split one per device).
 
     Example:
         >>> import sq_jax as sq
         >>> prog = sq.compile("R{a1;i1} = f{a1;a2} t{a2;i1}", sq.Spaces(i=2, a=4),
         ...                   batch={"a": {"batches": 4, "roles": "external"}})
         >>> prog.peak_bytes, peak_bytes_per_device(prog.schedule, prog.lowered, 2)
-        (64, 96)
+        (64, 32)
     """
     share: dict[int, tuple[int, int]] = {}
     for ins in lowered.body:
@@ -321,7 +438,7 @@ def peak_bytes_per_device(sf: ScheduledForest, lowered: LoweredProgram, num_devi
         PeakCell(
             c.value_id,
             c.home_depth,
-            c.footprint + -(-c.footprint * share[c.value_id][0] // share[c.value_id][1]),
+            -(-c.footprint * share[c.value_id][0] // share[c.value_id][1]),
             c.first_use,
             c.last_use,
         )
