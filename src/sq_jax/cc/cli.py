@@ -102,12 +102,14 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
         memory_budget=args.memory,
         verbose=not args.quiet,
         max_iter=args.max_iter,
+        frozen=args.frozen,
         **_df_options(args),
     )
     seconds = time.perf_counter() - start
     res = run.result
     basis = ("closed-shell" if closed_shell else "spin-orbital") + (", DF" if args.df else "")
-    print(f"{method.upper()} on {name}, {basis}: {run.nocc} occupied, {run.nvirt} virtual")
+    frozen = f" ({args.frozen} frozen per spin)" if args.frozen else ""
+    print(f"{method.upper()} on {name}, {basis}: {run.nocc} occupied{frozen}, {run.nvirt} virtual")
     print(f"E(HF)              = {run.e_hf:.12f}")
     print(f"E_corr({method.upper()})       = {run.e_corr:.12f}")
     print(f"E({method.upper()})            = {run.e_tot:.12f}")
