@@ -187,3 +187,20 @@ def test_cli_spin_and_frozen_run_uhf_as_pyscf(capsys):
 def test_cli_open_shell_errors(capsys, extra, message):
     assert main(["ccsd", *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("frozen", [None, 1])
+def test_open_shell_spin_orbital_integrals_give_pyscf_ump2(oh_uhf, frozen):
+    from pyscf import mp
+
+    from sq_jax.cc.integrals import spin_orbital_integrals
+
+    ints = spin_orbital_integrals(oh_uhf, frozen=frozen)
+    g = ints.eri
+    assert np.abs(g + g.transpose(1, 0, 2, 3)).max() < 1e-12
+    assert np.abs(g - g.transpose(2, 3, 0, 1)).max() < 1e-12
+    o, v = slice(0, ints.nocc), slice(ints.nocc, None)
+    e = ints.mo_energies
+    d = e[o, None, None, None] + e[None, o, None, None] - e[None, None, v, None] - e[v]
+    e_mp2 = 0.25 * np.sum(g[o, o, v, v] ** 2 / d)
+    assert abs(e_mp2 - mp.UMP2(oh_uhf, frozen=frozen).kernel()[0]) < 1e-10
