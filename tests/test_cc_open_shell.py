@@ -79,6 +79,13 @@ def test_uhf_frozen_core_equals_pyscf(oh_uhf):
     assert abs(run.e_corr - ref.e_corr) < 1e-9 and abs(run.e_tot - ref.e_tot) < 1e-9
 
 
+def test_density_fitted_uhf_frozen_core_equals_pyscf_df_uccsd():
+    mf = _scf(lambda mol: scf.UHF(mol).density_fit(), OH, "6-31g", spin=1)
+    ref = _pyscf_ccsd(mf, frozen=1)  # PySCF's dfuccsd: the SCF's fitting basis throughout
+    run = cc.ccsd(mf, df=True, frozen=1, **TIGHT)
+    assert abs(run.e_corr - ref.e_corr) < 1e-9 and abs(run.e_tot - ref.e_tot) < 1e-9
+
+
 def test_ch2_triplet_uhf_equals_pyscf():
     mf = _scf(scf.UHF, CH2, "6-31g", spin=2)
     ref = _pyscf_ccsd(mf)

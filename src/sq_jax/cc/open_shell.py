@@ -147,12 +147,15 @@ class OpenShellSource(_DFMixin):
     def chem(self, spaces: tuple[str, ...]) -> np.ndarray:
         """(XZ|YW) over spin-orbitals: zero unless X, Z share a spin and Y, W share one."""
         out = np.zeros(tuple(self._extent(s) for s in spaces))
-        for s in (0, 1):
-            for t in (0, 1):
-                spins = (s, s, t, t)
-                pairs = list(zip(spaces, spins, strict=True))
-                where = np.ix_(*(self.positions[q][u] for q, u in pairs))
-                out[where] = pyscf_chem(self.mf, tuple(self._coeff(q, u) for q, u in pairs))
+        done: dict[tuple[int, int], np.ndarray] = {}
+        for s, t in ((0, 0), (0, 1), (1, 0), (1, 1)):
+            pairs = list(zip(spaces, (s, s, t, t), strict=True))
+            if (t, s) in done and spaces[:2] == spaces[2:]:  # (xβ zβ|xα zα) = (xα zα|xβ zβ)
+                block = done[(t, s)].transpose(2, 3, 0, 1)
+            else:
+                block = pyscf_chem(self.mf, tuple(self._coeff(q, u) for q, u in pairs))
+            done[(s, t)] = block
+            out[np.ix_(*(self.positions[q][u] for q, u in pairs))] = block
         return out
 
     def factors(self, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], np.ndarray]:
