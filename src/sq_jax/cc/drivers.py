@@ -66,8 +66,9 @@ class CCRun:
         e_hf: the reference (Hartree–Fock) energy.
         residual_program: the compiled residual program (schedule, FLOPs, peak).
         energy_program: the compiled energy program.
-        nocc: occupied orbitals (spin-orbitals for spin-orbital runs).
-        nvirt: virtual orbitals.
+        nocc: active occupied orbitals (spin-orbitals for spin-orbital runs), frozen
+            ones left out.
+        nvirt: active virtual orbitals.
     """
 
     method: str
