@@ -63,6 +63,9 @@ def test_uhf_ccsd_equals_pyscf_uccsd_with_its_amplitudes(oh_uhf):
     assert run.t1.shape == (noa + nob, nva + nvb) and (run.nocc, run.nvirt) == run.t1.shape
     t1a, t1b = ref.t1
     t2aa, t2ab, t2bb = ref.t2
+    ours = run.unrestricted_amplitudes()
+    for got, want in zip((*ours[0], *ours[1]), (t1a, t1b, t2aa, t2ab, t2bb), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-7)
     oa, ob, va, vb = slice(0, noa), slice(noa, None), slice(0, nva), slice(nva, None)
     np.testing.assert_allclose(run.t1[oa, va], t1a, atol=1e-7)
     np.testing.assert_allclose(run.t1[ob, vb], t1b, atol=1e-7)
@@ -116,8 +119,15 @@ def test_rhf_frozen_core_equals_pyscf_on_both_routes(h2o_rhf, closed_shell):
     run = cc.ccsd(h2o_rhf, frozen=1, closed_shell=closed_shell, **TIGHT)
     assert abs(run.e_corr - ref.e_corr) < 1e-9 and abs(run.e_tot - ref.e_tot) < 1e-9
     if closed_shell:  # PySCF's RCCSD layout: t1[i, a], t2[i, j, a, b]
-        np.testing.assert_allclose(run.t1, ref.t1, atol=1e-7)
-        np.testing.assert_allclose(run.t2, ref.t2, atol=1e-7)
+        t1, t2 = run.t1, run.t2
+        with pytest.raises(InputError, match="a closed-shell run"):
+            run.unrestricted_amplitudes()
+    else:  # α/β interleaved; RCCSD's amplitudes are the α and αβ blocks
+        (t1, t1b), (t2aa, t2, _) = run.unrestricted_amplitudes()
+        np.testing.assert_allclose(t1b, t1, atol=1e-12)
+        np.testing.assert_allclose(t2aa, t2 - t2.transpose(0, 1, 3, 2), atol=1e-12)
+    np.testing.assert_allclose(t1, ref.t1, atol=1e-7)
+    np.testing.assert_allclose(t2, ref.t2, atol=1e-7)
 
 
 @pytest.mark.parametrize(("closed_shell", "df"), [(True, True), (False, False)])

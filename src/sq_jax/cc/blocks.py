@@ -259,6 +259,25 @@ class BlockBuilder:
         """Virtual orbitals of the route."""
         return (self._source.nmo - self._source.nocc) * (2 if self._expand else 1)
 
+    @property
+    def spin_positions(self) -> tuple[tuple[int, ...], ...] | None:
+        """Positions of occupied α, occupied β, virtual α, virtual β spin-orbitals.
+
+        Counted among the route's occupied (and virtual) spin-orbitals; ``None`` on the
+        spatial route.
+
+        Example:
+            >>> [p[:3] for p in block_builder(None, spin_orbital=True).spin_positions]
+            [(0, 2, 4), (1, 3, 5), (0, 2), (1, 3)]
+        """
+        if not self.spin_orbital:
+            return None
+        if self._expand:  # α/β interleaved: spin-orbital 2p + σ
+            o, v = self.nocc, self.nvirt
+            return tuple(tuple(range(s, n, 2)) for n in (o, v) for s in (0, 1))
+        where = self._source.positions
+        return tuple(tuple(int(k) for k in where[x][s]) for x in ("i", "a") for s in (0, 1))
+
     def spaces(self) -> Spaces:
         """The index spaces: ``i``, ``a`` and, density-fitted, the auxiliary ``Κ``.
 

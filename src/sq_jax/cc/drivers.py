@@ -69,6 +69,9 @@ class CCRun:
         nocc: active occupied orbitals (spin-orbitals for spin-orbital runs), frozen
             ones left out.
         nvirt: active virtual orbitals.
+        spin_positions: for spin-orbital runs whose orbital order is known, the positions
+            of occupied α, occupied β, virtual α and virtual β among the occupied and
+            virtual spin-orbitals (see :meth:`unrestricted_amplitudes`); else ``None``.
     """
 
     method: str
@@ -79,6 +82,7 @@ class CCRun:
     energy_program: Program
     nocc: int
     nvirt: int
+    spin_positions: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def e_corr(self) -> float:
@@ -105,6 +109,37 @@ class CCRun:
     def t2(self) -> np.ndarray:
         """T2 in PySCF's layout ``t2[i, j, a, b]``, orbitals as for :attr:`t1`."""
         return np.asarray(self.result.amplitudes[T2]).transpose(2, 3, 0, 1)
+
+    def unrestricted_amplitudes(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+        """The spin blocks of a spin-orbital run in PySCF's UCCSD layout.
+
+        Returns:
+            ``((t1a, t1b), (t2aa, t2ab, t2bb))`` with ``t1a[i, a]``, ``t2ab[i, J, a, B]``
+            (i, a α; J, B β) and so on, as ``pyscf.cc.UCCSD``'s ``t1`` and ``t2``.
+
+        Raises:
+            InputError: a closed-shell run, or spin-orbital integrals given directly
+                (their spin order is not known).
+
+        Example:
+            >>> (t1a, t1b), (t2aa, t2ab, t2bb) = ccsd().unrestricted_amplitudes()
+            >>> t1a.shape, t2ab.shape, bool(abs(t1a - t1b).max() < 1e-8)
+            ((5, 2), (5, 5, 2, 2), True)
+        """
+        if self.spin_positions is None:
+            why = "a closed-shell run" if self.closed_shell else "integrals of unknown spin order"
+            raise InputError(
+                f"unrestricted_amplitudes needs a spin-orbital run from the shipped system or "
+                f"a PySCF object; this is {why}. Use `run.t1` and `run.t2` as they are."
+            )
+        oa, ob, va, vb = (np.asarray(p, dtype=int) for p in self.spin_positions)
+        t1, t2 = self.t1, self.t2
+        singles = (t1[np.ix_(oa, va)], t1[np.ix_(ob, vb)])
+        doubles = tuple(
+            t2[np.ix_(o1, o2, v1, v2)]
+            for o1, o2, v1, v2 in ((oa, oa, va, va), (oa, ob, va, vb), (ob, ob, vb, vb))
+        )
+        return singles, doubles
 
     @property
     def e_tot(self) -> float:
@@ -297,6 +332,9 @@ def solve_cc(
         )
     ints = _integrals(system, closed_shell, df, auxbasis, frozen)
     is_blocks = isinstance(ints, BlockBuilder)
+    spin_positions = ints.spin_positions if is_blocks else None
+    if system is None and not closed_shell and not is_blocks:  # the shipped, interleaved
+        spin_positions = block_builder(None, spin_orbital=True, frozen=frozen).spin_positions
     spaces = ints.spaces() if is_blocks else Spaces(i=ints.nocc, a=ints.nvirt)
     equations = parse(load_equations(name), spaces=spaces)
     residual_eqs = [eq for eq in equations if eq.name in _RESIDUAL_OF]
@@ -354,6 +392,7 @@ def solve_cc(
         energy_program,
         ints.nocc,
         ints.nvirt,
+        spin_positions,
     )
 
 
