@@ -163,8 +163,6 @@ def test_bad_option_values_are_refused_before_compiling(options, words, no_compi
         ({"r_tol": 1e-6}, ["'r_tol'", "t_tol", "conv_tol_normt (= t_tol)"]),
         ({"solver": "newton", "diis_space": 4}, ["'diis_space'", "solver='newton'", "forcing"]),
         ({"project": None}, ["'project'", "accepted:"]),
-        ({"frozen": 2}, ["frozen=2", "not supported yet"]),
-        ({"frozen": [0, 1]}, ["frozen=[0, 1]", "not supported yet"]),
         ({"conv_tol": 1e-8, "e_tol": 1e-8}, ["both conv_tol= and e_tol="]),
     ],
 )

@@ -208,6 +208,8 @@ def test_pyscf_rejects_non_rhf(h2o_rhf, monkeypatch):
     monkeypatch.setattr(scf.hf, "MUTE_CHKFILE", True)
 
     with pytest.raises(InputError, match="RHF"):
+        spin_orbital_integrals(scf.GHF(h2o_rhf.mol))
+    with pytest.raises(InputError, match="UHF object has no orbitals"):
         spin_orbital_integrals(scf.UHF(h2o_rhf.mol))
     with pytest.raises(InputError, match="mo_coeff is None"):
         spin_orbital_integrals(scf.RHF(h2o_rhf.mol))

@@ -84,6 +84,12 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
+def _count(text: str) -> int:
+    if not re.fullmatch(r"\s*[0-9]+\s*", text):
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
+
+
 def _number(text: str) -> float:
     try:
         value = float(text)
@@ -155,6 +161,23 @@ def add_cc_options(p: argparse.ArgumentParser) -> None:
     )
     system.add_argument("--basis", help="basis set for --molecule (default sto-3g)")
     system.add_argument("--charge", type=_integer, help="molecular charge for --molecule")
+    system.add_argument(
+        "--spin",
+        type=_count,
+        help="2S = Nα − Nβ for --molecule, as PySCF's spin (default 0); above 0 the "
+        "reference is UHF, on the spin-orbital route",
+    )
+    system.add_argument(
+        "--rohf",
+        action="store_true",
+        help="an ROHF reference for --molecule (PySCF's CCSD treats it as UHF orbitals)",
+    )
+    system.add_argument(
+        "--frozen",
+        type=_count,
+        metavar="N",
+        help="leave the N lowest orbitals (of each spin) uncorrelated, as PySCF's frozen=N",
+    )
     system.add_argument("--fock", metavar="FILE", help="SeQuant Fock-matrix file (with --eri)")
     system.add_argument("--eri", metavar="FILE", help="SeQuant two-electron-integral file")
     system.add_argument(
@@ -220,12 +243,29 @@ def check_cc_args(args: argparse.Namespace) -> None:
         raise UsageError(f"{given} needs {missing} too: SeQuant systems come as two files")
     if args.basis is not None and not args.basis.strip():
         raise UsageError("--basis needs a basis-set name such as sto-3g, 6-31g or cc-pvdz")
-    for option, value in (("--basis", args.basis), ("--charge", args.charge)):
+    molecular = (
+        ("--basis", args.basis),
+        ("--charge", args.charge),
+        ("--spin", args.spin),
+        ("--rohf", "" if args.rohf else None),
+    )
+    for option, value in molecular:
         if value is not None and args.molecule is None:
             raise UsageError(
                 f"{option} needs --molecule (the default system is the shipped H2O/STO-3G); "
                 f"add e.g. --molecule h2o {option} {value}"
             )
+    if (args.spin or args.rohf) and args.closed_shell:
+        given = "--rohf" if args.rohf else f"--spin {args.spin}"
+        raise UsageError(
+            f"{given} gives an open-shell reference, which the closed-shell (spin-adapted) "
+            "equations cannot use; drop --closed-shell (the spin-orbital route takes it)"
+        )
+    if args.dry_run and (args.spin or args.rohf or args.frozen):
+        raise UsageError(
+            "--dry-run sizes an all-electron closed-shell run only; drop --spin/--rohf/"
+            "--frozen for the dry run"
+        )
     if args.e_nuc is not None and not files:
         raise UsageError("--e-nuc applies to --fock/--eri systems only; drop it")
     if args.auxbasis is not None and not (args.df and args.molecule):

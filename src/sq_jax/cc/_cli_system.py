@@ -1,14 +1,15 @@
 """The system a ``sq-jax ccsd`` run solves: the shipped default, a molecule, or SeQuant files.
 
-Molecules go through PySCF's RHF. Each expected failure (an unknown basis, an odd number
-of electrons, no virtual orbitals, an SCF that does not converge) becomes a
+Molecules go through PySCF's RHF, or UHF with ``--spin`` (2S > 0), or ROHF with
+``--rohf``. Each expected failure (an unknown basis, an electron count that does not fit
+the spin, no virtual orbitals, an SCF that does not converge) becomes a
 :class:`~sq_jax.cc._cli_args.UsageError` or :class:`SCFNotConverged` that says what to
 change.
 
 Example:
     >>> import argparse
     >>> args = argparse.Namespace(molecule=None, fock=None, eri=None, closed_shell=False,
-    ...                           spin_orbital=False)
+    ...                           spin_orbital=False, spin=None, rohf=False)
     >>> cc_system(args)
     (None, 'H2O/STO-3G (shipped)', False)
 """
@@ -35,7 +36,7 @@ SCF_MAX_CYCLE = 100
 
 
 class SCFNotConverged(SqJaxError):
-    """The RHF reference did not converge; the CLI refuses to run CC on it (exit 1)."""
+    """The HF reference did not converge; the CLI refuses to run CC on it (exit 1)."""
 
 
 def _geometry(name: str) -> Geometry:
@@ -54,31 +55,45 @@ def _first_line(err: BaseException) -> str:
     return lines[0] if lines else type(err).__name__
 
 
+def _check_electrons(args: argparse.Namespace, geometry: Geometry, charge: int, spin: int) -> None:
+    """Refuse electron counts that CC cannot use or that do not fit ``--spin``."""
+    electrons = geometry.electron_count(charge)
+    if electrons >= 2 and spin <= electrons and (electrons - spin) % 2 == 0:
+        return
+    if electrons >= 2 and spin > 0:
+        fits = [s for s in (spin - 1, spin + 1) if 0 <= s <= electrons]
+        raise UsageError(
+            f"--spin {spin} does not fit the {electrons} electrons of --molecule "
+            f"{args.molecule!r} with charge {charge}: 2S = Nα − Nβ must have the parity of "
+            f"the electron count and be at most {electrons}; use "
+            + " or ".join(f"--spin {s}" for s in fits)
+        )
+    charges = [c for c in (charge + 1, charge - 1) if geometry.electron_count(c) >= 2]
+    fixes = [" or ".join(f"--charge {c}" for c in charges)] if charges else []
+    if electrons >= 2:  # an odd count: an open-shell reference would do
+        fixes.append("--spin 1 (a UHF reference)")
+    fix = ", ".join(fixes) + ", or another geometry" if fixes else "lower --charge"
+    raise UsageError(
+        f"--molecule {args.molecule!r} with charge {charge} has {electrons} electrons; "
+        f"{'a closed-shell RHF reference' if not spin else 'coupled cluster'} needs an "
+        "even number, at least 2: "
+        f"{fix}"
+    )
+
+
 def molecule(args: argparse.Namespace) -> tuple[Any, str]:
-    """``(mol, description)``: the PySCF molecule of ``--molecule``/``--basis``/``--charge``.
+    """``(mol, description)``: the PySCF molecule of ``--molecule`` and its options.
 
     No SCF is run (the dry run needs only the molecule's sizes).
 
     Raises:
-        UsageError: an unknown molecule or basis, an odd or too small electron count, or a
-            basis without virtual orbitals.
+        UsageError: an unknown molecule or basis, an electron count too small or not
+            fitting ``--spin``, or a basis without virtual orbitals.
     """
     geometry = _geometry(args.molecule)
-    charge = args.charge or 0
+    charge, spin = args.charge or 0, getattr(args, "spin", None) or 0
     basis = DEFAULT_BASIS if args.basis is None else args.basis
-    electrons = geometry.electron_count(charge)
-    if electrons < 2 or electrons % 2:
-        charges = [c for c in (charge + 1, charge - 1) if geometry.electron_count(c) >= 2]
-        fix = (
-            " or ".join(f"--charge {c}" for c in charges) + ", or another geometry"
-            if charges
-            else "lower --charge"
-        )
-        raise UsageError(
-            f"--molecule {args.molecule!r} with charge {charge} has {electrons} electrons; "
-            "the closed-shell RHF reference of sq-jax needs an even number, at least 2: "
-            f"{fix}"
-        )
+    _check_electrons(args, geometry, charge, spin)
     try:
         from pyscf import gto
         from pyscf.lib.exceptions import BasisNotFoundError
@@ -87,7 +102,9 @@ def molecule(args: argparse.Namespace) -> tuple[Any, str]:
     try:
         with warnings.catch_warnings():  # PySCF's hint about basis-set-exchange
             warnings.simplefilter("ignore")
-            mol = gto.M(atom=geometry.pyscf_atoms(), basis=basis, charge=charge, verbose=0)
+            mol = gto.M(
+                atom=geometry.pyscf_atoms(), basis=basis, charge=charge, spin=spin, verbose=0
+            )
     except Exception as err:  # PySCF's errors are reported as bad input
         if isinstance(err, BasisNotFoundError):
             raise UsageError(
@@ -95,13 +112,26 @@ def molecule(args: argparse.Namespace) -> tuple[Any, str]:
                 f"({_first_line(err)}); use a name such as sto-3g, 6-31g or cc-pvdz"
             ) from err
         raise UsageError(f"PySCF could not build --molecule {args.molecule!r}: {err}") from err
-    nocc = mol.nelectron // 2
+    nocc = (mol.nelectron + spin) // 2
     if mol.nao <= nocc:
+        what = "doubly occupied" if spin == 0 else "α-occupied"
         raise UsageError(
-            f"--basis {basis!r} gives {mol.nao} orbitals for {nocc} doubly occupied ones, "
+            f"--basis {basis!r} gives {mol.nao} orbitals for {nocc} {what} ones, "
             "so there are no virtual orbitals to correlate; use a larger basis"
         )
     return mol, f"{args.molecule}/{basis}"
+
+
+def reference_kind(args: argparse.Namespace) -> str:
+    """``"RHF"``, ``"UHF"`` (``--spin`` > 0) or ``"ROHF"`` (``--rohf``).
+
+    Example:
+        >>> reference_kind(argparse.Namespace(spin=2, rohf=False))
+        'UHF'
+    """
+    if getattr(args, "rohf", False):
+        return "ROHF"
+    return "UHF" if getattr(args, "spin", None) else "RHF"
 
 
 def _mean_field(args: argparse.Namespace) -> tuple[Any, str]:
@@ -109,28 +139,29 @@ def _mean_field(args: argparse.Namespace) -> tuple[Any, str]:
 
     mol, name = molecule(args)
     basis = mol.basis
-    mf = scf.RHF(mol)
+    kind = reference_kind(args)
+    mf = {"RHF": scf.RHF, "UHF": scf.UHF, "ROHF": scf.ROHF}[kind](mol)
     mf.conv_tol, mf.max_cycle = SCF_CONV_TOL, SCF_MAX_CYCLE
     mf.kernel()
     if not mf.converged:
         raise SCFNotConverged(
-            f"the RHF of --molecule {args.molecule!r} ({basis}) did not converge in "
+            f"the {kind} of --molecule {args.molecule!r} ({basis}) did not converge in "
             f"{mf.max_cycle} cycles (last E = {mf.e_tot:.10f}); CC on unconverged orbitals "
             "would be meaningless. Check the geometry (Å) and the charge."
         )
-    return mf, name
+    return mf, name if kind == "RHF" else f"{name} ({kind}, 2S={mol.spin})"
 
 
 def cc_system(args: argparse.Namespace) -> tuple[Any, str, bool]:
     """``(system, description, closed_shell)`` for the parsed CC arguments.
 
     ``system`` is what :func:`sq_jax.cc.solve_cc` accepts: ``None`` (shipped), a PySCF
-    RHF object, or integrals read from SeQuant files. ``closed_shell`` is the flag given,
-    or for SeQuant files without a flag, what the files hold.
+    RHF, UHF or ROHF object, or integrals read from SeQuant files. ``closed_shell`` is the
+    flag given, or for SeQuant files without a flag, what the files hold.
 
     Raises:
         UsageError: bad input (exit 2).
-        SCFNotConverged: the RHF did not converge (exit 1).
+        SCFNotConverged: the SCF did not converge (exit 1).
         SqJaxError: malformed SeQuant files (exit 2).
     """
     closed_shell = bool(args.closed_shell)

@@ -38,13 +38,10 @@ import numpy as np
 from .._errors import InputError
 from ..expr.spaces import Spaces
 from ..forest.inputs import input_specs
-from .df import DFIntegrals, _require_pyscf, auxbasis_name, df_from_spatial, fitting
-from .integrals import (
-    SpatialIntegrals,
-    default_spatial_system,
-    orbital_denominators,
-    rhf_orbitals,
-)
+from .df import DFIntegrals, df_from_spatial
+from .integrals import SpatialIntegrals, default_spatial_system, orbital_denominators
+from .open_shell import OpenShellSource, PySCFSource
+from .orbitals import freeze_integrals, reference_orbitals
 
 __all__ = ["BlockBuilder", "BlockIntegrals", "block_builder", "read_blocks"]
 
@@ -210,42 +207,6 @@ class _ArraySource:
         return {(x, y): b[self._slice(x), self._slice(y)].copy() for x, y in pairs}
 
 
-class _PySCFSource:
-    """Spatial blocks computed by PySCF for the orbitals of each space only."""
-
-    def __init__(self, mf: Any, df: bool, auxbasis: Any):
-        self.mf = mf
-        self.c, self.nocc, self.fock = rhf_orbitals(mf)
-        self.nmo, self.e_hf = self.c.shape[1], float(mf.e_tot)
-        self.with_df = fitting(mf, auxbasis) if df else None
-        self.naux = int(self.with_df.get_naoaux()) if df else 0
-        self.auxbasis = auxbasis_name(self.with_df) if df else ""
-
-    def _coeff(self, space: str) -> np.ndarray:
-        return {"i": self.c[:, : self.nocc], "a": self.c[:, self.nocc :]}.get(space, self.c)
-
-    def chem(self, spaces: tuple[str, ...]) -> np.ndarray:
-        from pyscf import ao2mo
-
-        coeffs = tuple(self._coeff(x) for x in spaces)
-        eri = getattr(self.mf, "_eri", None)  # the AO integrals of an in-core SCF, if kept
-        source = self.mf.mol if eri is None else eri
-        flat = ao2mo.general(source, coeffs, compact=False)
-        return np.asarray(flat).reshape(tuple(c.shape[1] for c in coeffs))
-
-    def factors(self, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], np.ndarray]:
-        _, lib, _ = _require_pyscf()
-        pairs = list(pairs)
-        chunks: dict[tuple[str, str], list[np.ndarray]] = {p: [] for p in pairs}
-        nao = self.c.shape[0]
-        for packed in self.with_df.loop():  # (K, μν) chunks of the AO factors
-            lao = lib.unpack_tril(np.asarray(packed)).reshape(-1, nao, nao)
-            for x, y in pairs:
-                half = lao @ self._coeff(y)  # (K, μ, y)
-                chunks[(x, y)].append(np.einsum("mx,Kmy->xyK", self._coeff(x), half))
-        return {p: np.ascontiguousarray(np.concatenate(c, axis=2)) for p, c in chunks.items()}
-
-
 def _spin_block(direct: np.ndarray, exchange: np.ndarray) -> np.ndarray:
     """⟨PQ‖RS⟩ = ⟨pq|rs⟩ δ_σPσR δ_σQσS − ⟨pq|sr⟩ δ_σPσS δ_σQσR, spins interleaved.
 
@@ -284,16 +245,38 @@ class BlockBuilder:
         self._source = source
         self.spin_orbital = spin_orbital
         self.df = df
+        # A spatial source's blocks are expanded to spin-orbitals here (α/β interleaved);
+        # an open-shell source's blocks already are over spin-orbitals.
+        self._expand = spin_orbital and not getattr(source, "spin_resolved", False)
 
     @property
     def nocc(self) -> int:
         """Occupied orbitals of the route (spin-orbitals when ``spin_orbital``)."""
-        return self._source.nocc * (2 if self.spin_orbital else 1)
+        return self._source.nocc * (2 if self._expand else 1)
 
     @property
     def nvirt(self) -> int:
         """Virtual orbitals of the route."""
-        return (self._source.nmo - self._source.nocc) * (2 if self.spin_orbital else 1)
+        return (self._source.nmo - self._source.nocc) * (2 if self._expand else 1)
+
+    @property
+    def spin_positions(self) -> tuple[tuple[int, ...], ...] | None:
+        """Positions of occupied α, occupied β, virtual α, virtual β spin-orbitals.
+
+        Counted among the route's occupied (and virtual) spin-orbitals; ``None`` on the
+        spatial route.
+
+        Example:
+            >>> [p[:3] for p in block_builder(None, spin_orbital=True).spin_positions]
+            [(0, 2, 4), (1, 3, 5), (0, 2), (1, 3)]
+        """
+        if not self.spin_orbital:
+            return None
+        if self._expand:  # α/β interleaved: spin-orbital 2p + σ
+            o, v = self.nocc, self.nvirt
+            return tuple(tuple(range(s, n, 2)) for n in (o, v) for s in (0, 1))
+        where = self._source.positions
+        return tuple(tuple(int(k) for k in where[x][s]) for x in ("i", "a") for s in (0, 1))
 
     def spaces(self) -> Spaces:
         """The index spaces: ``i``, ``a`` and, density-fitted, the auxiliary ``Κ``.
@@ -327,13 +310,13 @@ class BlockBuilder:
         parsed = {k: _parse_key(k, self.df) for k in sorted(keys)}
         if self.df:
             factors = self._source.factors(sorted(set(parsed.values())))
-            wrap = _spin_factor if self.spin_orbital else np.asarray
+            wrap = _spin_factor if self._expand else np.asarray
             blocks = {k: wrap(factors[s]) for k, s in parsed.items()}
         else:
             blocks = self._four_index(parsed)
         fock = np.asarray(self._source.fock)
         return BlockIntegrals(
-            fock=np.kron(fock, np.eye(2)) if self.spin_orbital else fock.copy(),
+            fock=np.kron(fock, np.eye(2)) if self._expand else fock.copy(),
             blocks=blocks,
             nocc=self.nocc,
             nvirt=self.nvirt,
@@ -369,33 +352,45 @@ class BlockBuilder:
         for key, (x, y, z, w) in parsed.items():
             direct, *exchange = (chem(c) for c in needs(x, y, z, w))
             direct = direct.transpose(0, 2, 1, 3)
-            if self.spin_orbital:
+            if self._expand:
                 blocks[key] = _spin_block(direct, exchange[0].transpose(0, 2, 3, 1))
+            elif self.spin_orbital:  # spin-orbital chemist blocks: ⟨xy‖zw⟩ = ⟨xy|zw⟩ − ⟨xy|wz⟩
+                blocks[key] = direct - exchange[0].transpose(0, 2, 3, 1)
             else:
                 blocks[key] = np.ascontiguousarray(direct)
         return blocks
 
 
 def block_builder(
-    system: Any, *, spin_orbital: bool, df: bool = False, auxbasis: Any = None
+    system: Any,
+    *,
+    spin_orbital: bool,
+    df: bool = False,
+    auxbasis: Any = None,
+    frozen: Any = None,
 ) -> BlockBuilder:
-    """A :class:`BlockBuilder` for a PySCF RHF object or closed-shell integrals in memory.
+    """A :class:`BlockBuilder` for a PySCF HF object or closed-shell integrals in memory.
 
     Args:
-        system: a converged PySCF RHF object; :class:`~sq_jax.cc.integrals.SpatialIntegrals`
-            or :class:`~sq_jax.cc.df.DFIntegrals`; or ``None`` for the shipped H2O/STO-3G.
+        system: a converged PySCF RHF, UHF or ROHF object (UHF and ROHF on the
+            spin-orbital route only, see :mod:`sq_jax.cc.open_shell` for the orbital
+            order); :class:`~sq_jax.cc.integrals.SpatialIntegrals` or
+            :class:`~sq_jax.cc.df.DFIntegrals`; or ``None`` for the shipped H2O/STO-3G.
         spin_orbital: build spin-orbital blocks (⟨pq‖rs⟩) rather than spatial ones.
         df: build three-index factors ``B{X,Y;;Κ}``. From PySCF they use ``auxbasis``, or
             the basis ``mf.density_fit()`` picks (``mf.with_df``'s for a density-fitted
             SCF); from :class:`SpatialIntegrals` they are the exact factorization
             (:func:`~sq_jax.cc.df.df_from_spatial`).
         auxbasis: the auxiliary basis for PySCF (any form ``pyscf.df.DF`` accepts).
+        frozen: orbitals left uncorrelated, as PySCF's ``frozen`` (a count of the lowest,
+            or a list of indices; see :mod:`sq_jax.cc.orbitals`).
 
     Returns:
         The builder; nothing four-index is computed until :meth:`BlockBuilder.build`.
 
     Raises:
-        InputError: an unsupported system, or ``auxbasis`` without PySCF density fitting.
+        InputError: an unsupported system, an open-shell reference on the closed-shell
+            route, a bad ``frozen``, or ``auxbasis`` without PySCF density fitting.
 
     Example:
         >>> builder = block_builder(None, spin_orbital=False, df=True)
@@ -410,8 +405,18 @@ def block_builder(
     if system is None:
         system = default_spatial_system()
     if hasattr(system, "mo_coeff") and hasattr(system, "mol"):
-        source: Any = _PySCFSource(system, df, auxbasis)
-    elif isinstance(system, DFIntegrals):
+        ref = reference_orbitals(system, frozen)
+        if not ref.restricted and not spin_orbital:
+            raise InputError(
+                f"the closed-shell (spin-adapted) equations need an RHF reference; received "
+                f"{type(system).__name__}, whose α and β orbitals are not doubly occupied "
+                "pairs. Use the spin-orbital route (closed_shell=False)."
+            )
+        kind = PySCFSource if ref.restricted else OpenShellSource
+        source: Any = kind(system, ref, df, auxbasis)
+        return BlockBuilder(source, spin_orbital=spin_orbital, df=df)
+    system = freeze_integrals(system, frozen)
+    if isinstance(system, DFIntegrals):
         source = _ArraySource(system.fock, system.nocc, system.e_hf, dfi=system)
     elif isinstance(system, SpatialIntegrals):
         dfi = df_from_spatial(system) if df else None

@@ -35,6 +35,7 @@ from .._errors import SqJaxError
 from .._units import format_bytes
 from ._cli_args import UsageError, build_parser, check_cc_args, check_plot_path, is_file, pairs
 from ._cli_system import SCFNotConverged, cc_system, molecule
+from .integrals import SpinOrbitalIntegrals
 
 __all__ = ["main"]
 
@@ -102,12 +103,16 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
         memory_budget=args.memory,
         verbose=not args.quiet,
         max_iter=args.max_iter,
+        frozen=args.frozen,
         **_df_options(args),
     )
     seconds = time.perf_counter() - start
     res = run.result
     basis = ("closed-shell" if closed_shell else "spin-orbital") + (", DF" if args.df else "")
-    print(f"{method.upper()} on {name}, {basis}: {run.nocc} occupied, {run.nvirt} virtual")
+    # Spin-orbital integrals from files freeze spin-orbitals; everything else, spatial ones.
+    per = "" if isinstance(system, SpinOrbitalIntegrals) else " per spin"
+    frozen = f" ({args.frozen} frozen{per})" if args.frozen else ""
+    print(f"{method.upper()} on {name}, {basis}: {run.nocc} occupied{frozen}, {run.nvirt} virtual")
     print(f"E(HF)              = {run.e_hf:.12f}")
     print(f"E_corr({method.upper()})       = {run.e_corr:.12f}")
     print(f"E({method.upper()})            = {run.e_tot:.12f}")

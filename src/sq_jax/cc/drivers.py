@@ -35,7 +35,9 @@ from .integrals import (
     SpinOrbitalIntegrals,
     default_spatial_system,
     default_system,
+    spin_orbital_from_spatial,
 )
+from .orbitals import freeze_integrals
 from .solvers import (
     CCResult,
     antisymmetrize,
@@ -64,8 +66,12 @@ class CCRun:
         e_hf: the reference (Hartree–Fock) energy.
         residual_program: the compiled residual program (schedule, FLOPs, peak).
         energy_program: the compiled energy program.
-        nocc: occupied orbitals (spin-orbitals for spin-orbital runs).
-        nvirt: virtual orbitals.
+        nocc: active occupied orbitals (spin-orbitals for spin-orbital runs), frozen
+            ones left out.
+        nvirt: active virtual orbitals.
+        spin_positions: for spin-orbital runs whose orbital order is known, the positions
+            of occupied α, occupied β, virtual α and virtual β among the occupied and
+            virtual spin-orbitals (see :meth:`unrestricted_amplitudes`); else ``None``.
     """
 
     method: str
@@ -76,11 +82,64 @@ class CCRun:
     energy_program: Program
     nocc: int
     nvirt: int
+    spin_positions: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def e_corr(self) -> float:
         """The correlation energy."""
         return float(self.result.energy)
+
+    @property
+    def converged(self) -> bool:
+        """Whether the amplitude equations converged (``result.converged``)."""
+        return bool(self.result.converged)
+
+    @property
+    def t1(self) -> np.ndarray:
+        """T1 in PySCF's layout ``t1[i, a]`` (zeros for CCD).
+
+        Closed-shell: spatial orbitals, as PySCF's RCCSD. Spin-orbital: the route's
+        spin-orbitals — α/β interleaved (``2p + σ``) for an RHF reference, and occupied α,
+        occupied β, virtual α, virtual β for UHF/ROHF (see :mod:`sq_jax.cc.open_shell`).
+        """
+        t = self.result.amplitudes.get(T1)
+        return np.zeros((self.nocc, self.nvirt)) if t is None else np.asarray(t).T
+
+    @property
+    def t2(self) -> np.ndarray:
+        """T2 in PySCF's layout ``t2[i, j, a, b]``, orbitals as for :attr:`t1`."""
+        return np.asarray(self.result.amplitudes[T2]).transpose(2, 3, 0, 1)
+
+    def unrestricted_amplitudes(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+        """The spin blocks of a spin-orbital run in PySCF's UCCSD layout.
+
+        Returns:
+            ``((t1a, t1b), (t2aa, t2ab, t2bb))`` with ``t1a[i, a]``, ``t2ab[i, J, a, B]``
+            (i, a α; J, B β) and so on, as ``pyscf.cc.UCCSD``'s ``t1`` and ``t2``.
+
+        Raises:
+            InputError: a closed-shell run, or spin-orbital integrals given directly
+                (their spin order is not known).
+
+        Example:
+            >>> (t1a, t1b), (t2aa, t2ab, t2bb) = ccsd().unrestricted_amplitudes()
+            >>> t1a.shape, t2ab.shape, bool(abs(t1a - t1b).max() < 1e-8)
+            ((5, 2), (5, 5, 2, 2), True)
+        """
+        if self.spin_positions is None:
+            why = "a closed-shell run" if self.closed_shell else "integrals of unknown spin order"
+            raise InputError(
+                f"unrestricted_amplitudes needs a spin-orbital run from the shipped system or "
+                f"a PySCF object; this is {why}. Use `run.t1` and `run.t2` as they are."
+            )
+        oa, ob, va, vb = (np.asarray(p, dtype=int) for p in self.spin_positions)
+        t1, t2 = self.t1, self.t2
+        singles = (t1[np.ix_(oa, va)], t1[np.ix_(ob, vb)])
+        doubles = tuple(
+            t2[np.ix_(o1, o2, v1, v2)]
+            for o1, o2, v1, v2 in ((oa, oa, va, va), (oa, ob, va, vb), (ob, ob, vb, vb))
+        )
+        return singles, doubles
 
     @property
     def e_tot(self) -> float:
@@ -89,14 +148,20 @@ class CCRun:
 
 
 def _integrals(
-    system: Any, closed_shell: bool, df: bool = False, auxbasis: Any = None
+    system: Any, closed_shell: bool, df: bool = False, auxbasis: Any = None, frozen: Any = None
 ) -> SpinOrbitalIntegrals | SpatialIntegrals | BlockBuilder:
     # PySCF objects and density fitting go block by block: only what the equations read.
     is_mean_field = hasattr(system, "mo_coeff") and hasattr(system, "mol")
     if df or is_mean_field or auxbasis is not None:
-        return block_builder(system, spin_orbital=not closed_shell, df=df, auxbasis=auxbasis)
+        return block_builder(
+            system, spin_orbital=not closed_shell, df=df, auxbasis=auxbasis, frozen=frozen
+        )
     if system is None:
+        if frozen is not None:  # freeze the shipped spatial orbitals, then expand
+            shipped = freeze_integrals(default_spatial_system(), frozen)
+            return shipped if closed_shell else spin_orbital_from_spatial(shipped)
         return default_spatial_system() if closed_shell else default_system()
+    system = freeze_integrals(system, frozen)
     if isinstance(system, SpinOrbitalIntegrals | SpatialIntegrals):
         if closed_shell != isinstance(system, SpatialIntegrals):
             want = "SpatialIntegrals" if closed_shell else "SpinOrbitalIntegrals"
@@ -132,12 +197,6 @@ def _solver_options(solver: str, options: Mapping[str, Any]) -> dict[str, Any]:
     if solver not in SOLVERS:
         raise InputError(f"unknown solver {solver!r}; expected one of {', '.join(SOLVERS)}.")
     options = dict(options)
-    frozen = options.pop("frozen", None)
-    if frozen is not None and not (np.ndim(frozen) == 0 and frozen == 0) and np.size(frozen):
-        raise InputError(
-            f"frozen={frozen!r}: frozen orbitals are not supported yet; sq_jax correlates "
-            "every electron. Drop `frozen` (or pass 0 / None) for an all-electron run."
-        )
     accepted = _accepted_options(solver)
     unknown = [k for k in options if k not in accepted and k not in PYSCF_OPTION_NAMES]
     if unknown:
@@ -145,7 +204,7 @@ def _solver_options(solver: str, options: Mapping[str, Any]) -> dict[str, Any]:
         raise InputError(
             f"unknown option{'s' if len(unknown) > 1 else ''} "
             f"{', '.join(repr(k) for k in unknown)} for solver={solver!r}; accepted: "
-            f"{', '.join(accepted)}, and PySCF's names {aliases}, frozen (0 or None only)."
+            f"{', '.join(accepted)}, and PySCF's names {aliases}."
         )
     for pyscf_name, ours in PYSCF_OPTION_NAMES.items():
         if pyscf_name in options:
@@ -205,13 +264,15 @@ def solve_cc(
     verbose: bool = False,
     df: bool = False,
     auxbasis: Any = None,
+    frozen: Any = None,
     **solver_options: Any,
 ) -> CCRun:
     """Solve the CC amplitude equations with a compiled sq_jax program.
 
     Args:
-        system: ``None`` for the shipped H2O/STO-3G, a PySCF RHF object, or integrals
-            (:class:`SpinOrbitalIntegrals` / :class:`SpatialIntegrals`).
+        system: ``None`` for the shipped H2O/STO-3G, a PySCF RHF, UHF or ROHF object
+            (UHF and ROHF on the spin-orbital route; ROHF as PySCF runs it, converted to
+            UHF), or integrals (:class:`SpinOrbitalIntegrals` / :class:`SpatialIntegrals`).
         method: ``"ccsd"`` or ``"ccd"``.
         closed_shell: use the spin-adapted equations over spatial orbitals.
         solver: ``"diis"`` (Jacobi + DIIS, as PySCF) or ``"newton"`` (Newton–Krylov).
@@ -224,6 +285,10 @@ def solve_cc(
             factors: PySCF's with ``auxbasis`` (default: the basis ``mf.density_fit()``
             picks), or the exact factorization of integrals given in memory.
         auxbasis: the auxiliary basis for ``df=True`` with a PySCF object.
+        frozen: orbitals left uncorrelated, as PySCF's ``frozen``: a count of the lowest
+            orbitals (of each spin), a list of orbital indices, or for UHF/ROHF a pair of
+            lists (α, β). Indices count spatial orbitals, except for
+            :class:`SpinOrbitalIntegrals` given directly (spin-orbitals, as PySCF's GCCSD).
         **solver_options: passed to the solver: ``max_iter``, ``e_tol``, ``t_tol``,
             ``throw`` for both; ``diis_space``, ``diis_start``, ``jit`` for DIIS;
             ``forcing``, ``gmres_restart``, ``gmres_max_steps``, ``gmres_atol`` for
@@ -232,8 +297,7 @@ def solve_cc(
             ``conv_tol_normt`` = ``t_tol``; the last is the 2-norm of the amplitude
             change over the amplitudes as stored (full T2), PySCF's over the unique
             ones, so ours is 1–2× (spin-orbital) or 1–√2× (closed-shell) PySCF's and
-            the same number is at least as strict. ``frozen`` may only be 0 or
-            ``None`` (all electrons are correlated). ``max_iter=0`` returns the MP2
+            the same number is at least as strict. ``max_iter=0`` returns the MP2
             starting amplitudes and their energy, not converged. Every option is
             checked, by name and value, before integrals are built or anything is
             compiled.
@@ -245,7 +309,8 @@ def solve_cc(
         InputError: an unknown method, solver, option or system; a bad option value
             (negative ``max_iter``, NaN or non-positive tolerance, ...); mismatched
             integrals; a Kohn–Sham (DFT) reference instead of Hartree–Fock; fewer than
-            two electrons; ``frozen`` orbitals.
+            two electrons; a bad ``frozen``; an open-shell reference with
+            ``closed_shell=True``.
         ConvergenceError: with ``throw=True``, when the solve does not converge.
 
     Example:
@@ -265,8 +330,11 @@ def solve_cc(
             f"no shipped equations for {method} with closed_shell={closed_shell}, df={df} "
             f"(available: {', '.join(available())})."
         )
-    ints = _integrals(system, closed_shell, df, auxbasis)
+    ints = _integrals(system, closed_shell, df, auxbasis, frozen)
     is_blocks = isinstance(ints, BlockBuilder)
+    spin_positions = ints.spin_positions if is_blocks else None
+    if system is None and not closed_shell and not is_blocks:  # the shipped, interleaved
+        spin_positions = block_builder(None, spin_orbital=True, frozen=frozen).spin_positions
     spaces = ints.spaces() if is_blocks else Spaces(i=ints.nocc, a=ints.nvirt)
     equations = parse(load_equations(name), spaces=spaces)
     residual_eqs = [eq for eq in equations if eq.name in _RESIDUAL_OF]
@@ -324,6 +392,7 @@ def solve_cc(
         energy_program,
         ints.nocc,
         ints.nvirt,
+        spin_positions,
     )
 
 

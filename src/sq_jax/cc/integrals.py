@@ -242,7 +242,8 @@ def _require_rhf(mf: Any) -> tuple[Any, Any]:
     if not isinstance(mf, scf.hf.RHF) or isinstance(mf, scf.rohf.ROHF):
         raise InputError(
             f"Expected a converged PySCF RHF object (`pyscf.scf.RHF`); received "
-            f"`{type(mf).__name__}`. Run `scf.RHF(mol).run()` for a closed-shell molecule."
+            f"`{type(mf).__name__}`. Run `scf.RHF(mol).run()` for a closed-shell molecule "
+            "(UHF and ROHF references: `spin_orbital_integrals` or the spin-orbital CC route)."
         )
     if getattr(mf, "mo_coeff", None) is None:
         raise InputError(
@@ -330,17 +331,23 @@ def spatial_integrals(mf: Any) -> SpatialIntegrals:
     )
 
 
-def spin_orbital_integrals(mf: Any) -> SpinOrbitalIntegrals:
-    """Spin-orbital integrals (occupied first, α/β interleaved) from a PySCF RHF object.
+def spin_orbital_integrals(mf: Any, frozen: Any = None) -> SpinOrbitalIntegrals:
+    """Spin-orbital integrals (occupied first) from a PySCF RHF, UHF or ROHF object.
+
+    From RHF, spin-orbital ``2p + σ`` is spatial orbital ``p`` (α/β interleaved); from UHF
+    or ROHF (converted to UHF, as PySCF's CCSD does) the order is occupied α, occupied β,
+    virtual α, virtual β (see :mod:`sq_jax.cc.open_shell`).
 
     Args:
-        mf: a converged ``pyscf.scf.RHF`` object.
+        mf: a converged ``pyscf.scf`` RHF, UHF or ROHF object.
+        frozen: orbitals left out, as PySCF's ``frozen`` (see :mod:`sq_jax.cc.orbitals`).
 
     Returns:
-        The :class:`SpinOrbitalIntegrals` (all electrons correlated).
+        The :class:`SpinOrbitalIntegrals` of the active orbitals.
 
     Raises:
-        InputError: if PySCF is not installed, or ``mf`` is not a run RHF object.
+        InputError: if PySCF is not installed, ``mf`` is not a run HF object, or
+            ``frozen`` is bad.
 
     Example:
         With PySCF: ``ints = spin_orbital_integrals(scf.RHF(mol).run())``, then
@@ -352,7 +359,21 @@ def spin_orbital_integrals(mf: Any) -> SpinOrbitalIntegrals:
         ...     print(type(err).__name__)
         InputError
     """
-    return spin_orbital_from_spatial(spatial_integrals(mf))
+    from .blocks import block_builder  # both build on this module
+    from .orbitals import freeze_integrals, reference_orbitals
+
+    if reference_orbitals(mf).restricted:  # RHF: α/β interleaved, from the spatial ones
+        return spin_orbital_from_spatial(freeze_integrals(spatial_integrals(mf), frozen))
+    key = "g{p,p;p,p}"
+    built = block_builder(mf, spin_orbital=True, frozen=frozen).build([key])
+    return SpinOrbitalIntegrals(
+        fock=built.fock,
+        eri=built.blocks[key],
+        mo_energies=np.diag(built.fock).copy(),
+        nocc=built.nocc,
+        nvirt=built.nvirt,
+        e_hf=built.e_hf,
+    )
 
 
 # --------------------------------------------------------------------------------------
