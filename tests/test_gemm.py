@@ -17,9 +17,9 @@ from sq_jax.lower.ir import Contract
 LABELS = [Index("a", n) for n in range(1, 8)]
 
 
-def _run(left, right, out, sizes, nbytes=(1, 1), out_cost=None):
+def _run(left, right, out, sizes, nbytes=(1, 1)):
     """Interpret the plan on random arrays; compare with einsum over the same labels."""
-    plan = plan_gemm(left, right, out, nbytes, out_cost=out_cost)
+    plan = plan_gemm(left, right, out, nbytes)
     rng = np.random.default_rng(0)
     x = rng.standard_normal([sizes[ix] for ix in left])
     y = rng.standard_normal([sizes[ix] for ix in right])
@@ -56,28 +56,6 @@ def test_every_plan_computes_the_einsum(case):
     plan = _run(left, right, out, sizes)
     assert plan is not None
     assert set(plan.output) == set(out)
-
-
-@settings(max_examples=25, deadline=None)
-@given(contractions(), st.integers(0, 2**31))
-def test_every_plan_computes_the_einsum_whatever_its_readers_want(case, salt):
-    left, right, out, sizes = case
-    plan = _run(left, right, out, sizes, out_cost=lambda order: hash((salt, order)) % 7)
-    assert plan is not None
-    assert set(plan.output) == set(out)
-
-
-def test_a_copy_is_made_in_the_order_its_readers_want():
-    a, b, c, d = LABELS[:4]
-    sizes = {a: 2, b: 3, c: 2, d: 3}
-    # c is the middle mode of the left operand: it is copied either way, and its
-    # free modes may as well come out in the order the product's readers take as is
-    wanted = (b, a, d)
-    plan = _run((a, c, b), (c, d), (a, b, d), sizes, (100, 10), lambda o: 50 * (o != wanted))
-    assert plan.output == wanted and plan.copies == 1
-    # a reader's copy smaller than the one this product would add is not worth it
-    plan = _run((a, b, c), (c, d), (a, b, d), sizes, (100, 10), lambda o: 50 * (o != wanted))
-    assert plan.copies == 0 and plan.output == (a, b, d)
 
 
 def test_grouped_operands_are_never_copied():

@@ -48,7 +48,6 @@ from ..schedule.rich import OccurrenceRec
 from ..schedule.wellformed import crossings
 from .gemm import plan_gemm
 from .ir import Combine, Contract, Instr, Loop, LoweredProgram, Read, Result
-from .layout import ReaderCosts
 
 __all__ = ["lower_schedule"]
 
@@ -75,8 +74,6 @@ class _Walk:
     crossing: dict[int, set[int]]  # id(block) -> values crossing it
     axes: dict[int, tuple[int, ...]] = field(default_factory=dict)
     """Per computed value, its stored axis order (positions in the node's mode order)."""
-    costs: ReaderCosts | None = None
-    """What a stored order costs a value's readers (:mod:`sq_jax.lower.layout`)."""
 
     def name(self, v: int) -> str:
         cell = self.sf.rich.cells[v]
@@ -179,11 +176,6 @@ class _Walk:
         labels = tuple(r.modes(occ.carried) for occ, r in zip((left, right), ops, strict=True))
         out = first.carried
         node_dims = self.layout_of(v)
-        costs = self.costs
-
-        def later(order: tuple[Index, ...]) -> int:
-            return 0 if costs is None else costs.cost(v, tuple(out.index(ix) for ix in order))
-
         if node.kind is NodeKind.PRODUCT:
             gemm = plan_gemm(
                 labels[0],
@@ -191,7 +183,6 @@ class _Walk:
                 out,
                 (self.nbytes(ops[0]), self.nbytes(ops[1])),
                 (bool(ops[0].slices), bool(ops[1].slices)),
-                later,
             )
             stored = gemm.output if gemm is not None else tuple(out)
             axes = tuple(out.index(ix) for ix in stored)
@@ -203,14 +194,7 @@ class _Walk:
             self.axes[v] = axes
             masks = self.masks(first, labels, ops)
             return Contract(v, spec, ops, dims, masks, gemm, axes)
-        # operands are transposed inside the fused sum, so it may store any order: its
-        # first operand's, unless the second's or one a reader would transpose it into
-        # suits its readers better (fewer bytes copied)
-        stored = labels[0]
-        if costs is not None:
-            first_axes = tuple(out.index(ix) for ix in stored)
-            wants = [tuple(out[a] for a in w) for w in costs.wanted(v, first_axes)]
-            stored = min(dict.fromkeys([stored, labels[1], *wants]), key=later)
+        stored = labels[0]  # a sum chain keeps its first term's order all the way up
         axes = tuple(out.index(ix) for ix in stored)
         perms = tuple(tuple(lab.index(ix) for ix in stored) for lab in labels)
         coefs = (float(node.left_coef), float(node.right_coef))
@@ -368,11 +352,6 @@ def lower_schedule(sf: ScheduledForest) -> LoweredProgram:
         for path, vs in crossings(sf.ordered, rich.root_values).items()
     }
     walk = _Walk(sf, rec_at, owner, built, crossing)
-    wanted: dict[int, list[tuple[OccurrenceRec, tuple[Index, ...]]]] = {}
-    for root, v in zip(sf.annotated.forest.roots, rich.root_values, strict=True):
-        occ = next(o for o in rich.cells[v].occurrences if o.is_root and o.node is root.node)
-        wanted.setdefault(v, []).append((occ, tuple(root.indices)))
-    walk.costs = ReaderCosts(rich, owner, rec_at, walk.extent, walk.axes, wanted)
     state: dict[int, tuple[tuple[int, LoopId | None], ...]] = {}
     body = walk.body(sf.ordered.root, state, [])
     results = []
