@@ -20,6 +20,7 @@ from .._errors import ParseError
 from .nodes import Index, Symmetry
 from .options import SYMM_SLOTS, ParseOptions
 from .tokenize import Token as _Token
+from .tokenize import close_error
 from .tokenize import describe as _describe
 from .tokenize import token_error as _error
 
@@ -113,21 +114,12 @@ class TensorSyntax:
         if close.kind == "}":
             self.take()
             return
-        if close.kind == "eof":
-            raise _error(
-                f"unclosed '{{' at column {opener.col}: expected '}}' before the end of the line.",
-                opener,
-            )
-        if close.kind in (")", ">"):
-            raise _error(
-                f"mismatched '{close.kind}': expected '}}' to close the '{{' at column "
-                f"{opener.col}.",
-                close,
-            )
-        raise _error(
+        raise close_error(
+            opener,
+            close,
+            "}",
             f"expected ',', ';' or '}}' in the index groups opened at column {opener.col}, "
             f"got {_describe(close)}.",
-            close,
         )
 
     def index_list(self, closers: tuple[str, ...]) -> tuple[Index, ...]:

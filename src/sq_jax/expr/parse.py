@@ -51,6 +51,7 @@ from .options import ParseOptions, resolve_options
 from .serialize import serialize
 from .symmetrize import expand_symmetrizers
 from .tokenize import Token as _Token
+from .tokenize import close_error
 from .tokenize import describe as _describe
 from .tokenize import logical_lines as _logical_lines
 from .tokenize import physical_lines as _physical_lines
@@ -313,21 +314,11 @@ class _Parser(TensorSyntax):
         inner = self.sum(depth + 1)
         close = self.peek()
         if close.kind != ")":
-            if close.kind == "eof":
-                raise _error(
-                    f"unclosed '(' at column {opener.col}: expected ')' before the end of "
-                    "the line.",
-                    opener,
-                )
-            if close.kind in ("}", ">"):
-                raise _error(
-                    f"mismatched '{close.kind}': expected ')' to close the '(' at column "
-                    f"{opener.col}.",
-                    close,
-                )
-            raise _error(
-                f"expected ')' to close the '(' at column {opener.col}, got {_describe(close)}.",
+            raise close_error(
+                opener,
                 close,
+                ")",
+                f"expected ')' to close the '(' at column {opener.col}, got {_describe(close)}.",
             )
         self.take()
         if self.at("^") and self.at("(", 1):
