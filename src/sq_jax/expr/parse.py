@@ -40,6 +40,7 @@ from .nodes import (
     Constant,
     Equation,
     Expr,
+    Index,
     NormalOperator,
     Power,
     Product,
@@ -414,35 +415,31 @@ class _Parser(TensorSyntax):
             return self.power_tail(var)
         return var
 
+    def scripts(self, name_tok: _Token) -> tuple[tuple[Index, ...], tuple[Index, ...]]:
+        """``(bra, ket)`` of ``label_{bra}^{ket}`` or ``label^{ket}_{bra}``."""
+        role = {"_": "bra", "^": "ket"}
+        first = self.take().kind
+        second = "^" if first == "_" else "_"
+        groups = {first: self.single_group(name_tok, first)}
+        if not (self.at(second) and self.at("{", 1)):
+            label = name_tok.text
+            raise _error(
+                f"expected '{second}{{…}}' (the {role[second]}) after `{label}{first}{{…}}`, "
+                f"got {_describe(self.peek())}; write "
+                f"`{label}{first}{{{role[first]}}}{second}{{{role[second]}}}`.",
+                self.peek(),
+            )
+        self.take()
+        groups[second] = self.single_group(name_tok, second)
+        return groups["_"], groups["^"]
+
     def tensor(self, name_tok: _Token) -> Tensor | NormalOperator:
         label = name_tok.text
         is_operator = unicodedata.normalize("NFC", label) in _OPERATOR_LABELS
         if self.at("{"):
             groups = self.brace_groups(name_tok, 2 if is_operator else 3)
-        elif self.at("_"):
-            self.take()
-            bra = self.single_group(name_tok, "_")
-            if not (self.at("^") and self.at("{", 1)):
-                raise _error(
-                    f"expected '^{{…}}' (the ket) after `{label}_{{…}}`, got "
-                    f"{_describe(self.peek())}; write `{label}_{{bra}}^{{ket}}`.",
-                    self.peek(),
-                )
-            self.take()
-            ket = self.single_group(name_tok, "^")
-            groups = [bra, ket]
-        else:
-            self.take()
-            ket = self.single_group(name_tok, "^")
-            if not (self.at("_") and self.at("{", 1)):
-                raise _error(
-                    f"expected '_{{…}}' (the bra) after `{label}^{{…}}`, got "
-                    f"{_describe(self.peek())}; write `{label}^{{ket}}_{{bra}}`.",
-                    self.peek(),
-                )
-            self.take()
-            bra = self.single_group(name_tok, "_")
-            groups = [bra, ket]
+        else:  # `named` calls this only before '{', '_{' or '^{'
+            groups = list(self.scripts(name_tok))
         while len(groups) < 3:
             groups.append(())
         bra, ket, aux = groups
