@@ -52,6 +52,13 @@ class TensorSyntax:
     def at(self, kind: str, k: int = 0) -> bool:
         return self.toks[self.pos + k].kind == kind
 
+    def expect_name(self, wanted: str) -> _Token:
+        """The next token (not taken), which must be a name; else an error: ``wanted``."""
+        tok = self.peek()
+        if tok.kind != "name":
+            raise _error(f"expected {wanted}, got {_describe(tok)}.", tok)
+        return tok
+
     def symmetry(self, tok: _Token) -> Symmetry:
         if tok.space_before:
             raise _error(
@@ -139,13 +146,7 @@ class TensorSyntax:
                 )
 
     def index(self, *, allow_protos: bool) -> Index:
-        tok = self.peek()
-        if tok.kind != "name":
-            raise _error(
-                f"expected an index (a space key and an ordinal, such as `i_1` or `a2`), "
-                f"got {_describe(tok)}.",
-                tok,
-            )
+        tok = self.expect_name("an index (a space key and an ordinal, such as `i_1` or `a2`)")
         self.take()
         text = tok.text
         cut = len(text)

@@ -174,13 +174,9 @@ class _Parser(TensorSyntax):
     # -- top level
 
     def equation(self) -> Equation:
-        tok = self.peek()
-        if tok.kind != "name":
-            raise _error(
-                f"expected the result of the equation (a tensor such as `R{{a1;i1}}` or a "
-                f"variable such as `E`), got {_describe(tok)}.",
-                tok,
-            )
+        tok = self.expect_name(
+            "the result of the equation (a tensor such as `R{a1;i1}` or a variable such as `E`)"
+        )
         lhs = self.named(0)
         if not isinstance(lhs, Tensor | Variable) or (isinstance(lhs, Variable) and lhs.conjugated):
             kind = "power" if isinstance(lhs, Power) else "conjugated variable"
