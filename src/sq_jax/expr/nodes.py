@@ -35,6 +35,13 @@ __all__ = [
 ]
 
 
+def _sequant_text(node: Expr | Equation) -> str:
+    """``str()`` of every expression node: its SeQuant text, as :func:`serialize` writes it."""
+    from .serialize import serialize  # serialize imports this module: bind at call time
+
+    return serialize(node)
+
+
 @dataclass(frozen=True, slots=True)
 class Index:
     """A tensor index: a space key, an ordinal, and optional proto-indices.
@@ -141,10 +148,7 @@ class Tensor:
         """(bra, ket, aux) slot counts; tensors of one label and two signatures differ."""
         return (len(self.bra), len(self.ket), len(self.aux))
 
-    def __str__(self) -> str:
-        from .serialize import serialize
-
-        return serialize(self)
+    __str__ = _sequant_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,10 +162,7 @@ class NormalOperator:
     annihilators: tuple[Index, ...] = ()
     creators: tuple[Index, ...] = ()
 
-    def __str__(self) -> str:
-        from .serialize import serialize
-
-        return serialize(self)
+    __str__ = _sequant_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,10 +176,7 @@ class Constant:
 
     value: Fraction
 
-    def __str__(self) -> str:
-        from .serialize import serialize
-
-        return serialize(self)
+    __str__ = _sequant_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,10 +186,7 @@ class Variable:
     name: str
     conjugated: bool = False
 
-    def __str__(self) -> str:
-        from .serialize import serialize
-
-        return serialize(self)
+    __str__ = _sequant_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,10 +197,7 @@ class Power:
     exponent: Fraction
     conjugated: bool = False
 
-    def __str__(self) -> str:
-        from .serialize import serialize
-
-        return serialize(self)
+    __str__ = _sequant_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,10 +210,7 @@ class Product:
     scalar: Fraction
     factors: tuple[Expr, ...]
 
-    def __str__(self) -> str:
-        from .serialize import serialize
-
-        return serialize(self)
+    __str__ = _sequant_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,10 +219,7 @@ class Sum:
 
     terms: tuple[Expr, ...]
 
-    def __str__(self) -> str:
-        from .serialize import serialize
-
-        return serialize(self)
+    __str__ = _sequant_text
 
 
 Expr = Union[Tensor, NormalOperator, Constant, Variable, Power, Product, Sum]  # noqa: UP007
@@ -259,7 +245,4 @@ class Equation:
         """The result's label (the key of this equation's value in results)."""
         return self.lhs.label if isinstance(self.lhs, Tensor) else self.lhs.name
 
-    def __str__(self) -> str:
-        from .serialize import serialize
-
-        return serialize(self)
+    __str__ = _sequant_text
