@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Union
@@ -32,6 +33,7 @@ __all__ = [
     "Symmetry",
     "Tensor",
     "Variable",
+    "walk",
 ]
 
 
@@ -246,3 +248,27 @@ class Equation:
         return self.lhs.label if isinstance(self.lhs, Tensor) else self.lhs.name
 
     __str__ = _sequant_text
+
+
+def walk(expr: Expr) -> Iterator[Expr]:
+    """Every node of ``expr``, pre-order, left to right; iterative (sums can be very long).
+
+    Example:
+        >>> import sq_jax as sq
+        >>> (eq,) = sq.parse("R{a1;i1} = f{a1;i1} + 2 ω^(2) t{a1;i1}")
+        >>> [type(n).__name__ for n in walk(eq.rhs)]
+        ['Sum', 'Tensor', 'Product', 'Power', 'Variable', 'Tensor']
+    """
+    stack: list[Expr] = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(_operands(node)))
+
+
+def _operands(node: Expr) -> tuple[Expr, ...]:
+    if isinstance(node, Product):
+        return node.factors
+    if isinstance(node, Sum):
+        return node.terms
+    return (node.base,) if isinstance(node, Power) else ()
