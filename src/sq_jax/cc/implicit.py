@@ -353,27 +353,6 @@ class ImplicitEnergy:
                 residual_norm=float(rnorm),
             )
         return out
-        if stage == "solve":
-            ok, count, rnorm = out[2] == CCStatus.CONVERGED, out[3], out[4]
-            what = f"the {self.method.upper()} forward solve did not converge after {{}} iterations"
-            hint = "raise max_iter, loosen e_tol/t_tol, or pass throw=False"
-            guarded = 2
-        else:
-            ok, count, rnorm = out[3], out[4], jnp.nan
-            what = "the adjoint (Λ) GMRES solve did not converge after {} restart cycles"
-            hint = "raise gmres_max_steps or adjoint_tol, or pass throw=False"
-            guarded = 3
-        if isinstance(ok, jax.core.Tracer):
-            message = f"ImplicitEnergy: {what.format('its')} ({hint})"
-            return (*eqx.error_if(out[:guarded], ~ok, message), *out[guarded:])
-        if not bool(ok):
-            raise ConvergenceError(
-                f"ImplicitEnergy: {what.format(int(count))} (last residual norm "
-                f"‖R‖ = {float(rnorm):.3g}); {hint}.",
-                iterations=int(count),
-                residual_norm=float(rnorm),
-            )
-        return out
 
     # ---- the differentiable energy -----------------------------------------------------
 

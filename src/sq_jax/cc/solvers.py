@@ -53,33 +53,21 @@ from jax.flatten_util import ravel_pytree
 
 from .._errors import InputError
 from ..lower.aot import AotJit
+from . import _iterate
 from ._diis import DIIS
-from ._iterate import (
-    CCIteration,
-    CCResult,
-    CCStatus,
-    CCTimings,
-    Reporting,
-    Step,
-    StopCriteria,
-    iterate,
-)
+from ._iterate import CCIteration, CCResult, Reporting, Step, StopCriteria, iterate
+from ._iterate import CCStatus as CCStatus  # re-exported (``X as X``), see __all__
+from ._iterate import CCTimings as CCTimings
 from ._options import check_solver_options
 
+# The iteration records and loop of ._iterate are public here, next to the solvers.
 __all__ = [
     "DIIS",
-    "CCIteration",
-    "CCResult",
-    "CCStatus",
-    "CCTimings",
-    "Reporting",
-    "Step",
-    "StopCriteria",
     "antisymmetrize",
     "check_solver_options",
-    "iterate",
     "solve_diis",
     "solve_newton_krylov",
+    *_iterate.__all__,
 ]
 
 Amplitudes = Mapping[str, Any]
@@ -349,11 +337,9 @@ def solve_newton_krylov(
         A :class:`CCResult`; ``history[k].linear_steps`` holds the GMRES restart cycles.
 
     Raises:
-        InputError: if amplitudes and denominators do not match, a denominator is
-            zero or non-finite, or an option has a value the solver cannot use
-            (a negative ``max_iter``, a NaN or non-positive tolerance, ...).
-        ConvergenceError: with ``throw=True``, when the solve does not converge; it
-            names the iteration count and the last residual norm.
+        InputError: for the inputs and options :func:`solve_diis` refuses, and for a
+            ``forcing`` or GMRES option out of range.
+        ConvergenceError: with ``throw=True``, as for :func:`solve_diis`.
 
     Example:
         >>> import jax.numpy as jnp

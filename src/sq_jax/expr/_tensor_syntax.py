@@ -20,6 +20,7 @@ from .._errors import ParseError
 from .nodes import Index, Symmetry
 from .options import SYMM_SLOTS, ParseOptions
 from .tokenize import Token as _Token
+from .tokenize import close_error
 from .tokenize import describe as _describe
 from .tokenize import token_error as _error
 
@@ -50,6 +51,13 @@ class TensorSyntax:
 
     def at(self, kind: str, k: int = 0) -> bool:
         return self.toks[self.pos + k].kind == kind
+
+    def expect_name(self, wanted: str) -> _Token:
+        """The next token (not taken), which must be a name; else an error: ``wanted``."""
+        tok = self.peek()
+        if tok.kind != "name":
+            raise _error(f"expected {wanted}, got {_describe(tok)}.", tok)
+        return tok
 
     def symmetry(self, tok: _Token) -> Symmetry:
         if tok.space_before:
@@ -113,21 +121,12 @@ class TensorSyntax:
         if close.kind == "}":
             self.take()
             return
-        if close.kind == "eof":
-            raise _error(
-                f"unclosed '{{' at column {opener.col}: expected '}}' before the end of the line.",
-                opener,
-            )
-        if close.kind in (")", ">"):
-            raise _error(
-                f"mismatched '{close.kind}': expected '}}' to close the '{{' at column "
-                f"{opener.col}.",
-                close,
-            )
-        raise _error(
+        raise close_error(
+            opener,
+            close,
+            "}",
             f"expected ',', ';' or '}}' in the index groups opened at column {opener.col}, "
             f"got {_describe(close)}.",
-            close,
         )
 
     def index_list(self, closers: tuple[str, ...]) -> tuple[Index, ...]:
@@ -147,13 +146,7 @@ class TensorSyntax:
                 )
 
     def index(self, *, allow_protos: bool) -> Index:
-        tok = self.peek()
-        if tok.kind != "name":
-            raise _error(
-                f"expected an index (a space key and an ordinal, such as `i_1` or `a2`), "
-                f"got {_describe(tok)}.",
-                tok,
-            )
+        tok = self.expect_name("an index (a space key and an ordinal, such as `i_1` or `a2`)")
         self.take()
         text = tok.text
         cut = len(text)

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Union
@@ -32,7 +33,15 @@ __all__ = [
     "Symmetry",
     "Tensor",
     "Variable",
+    "walk",
 ]
+
+
+def _sequant_text(node: Expr | Equation) -> str:
+    """``str()`` of every expression node: its SeQuant text, as :func:`serialize` writes it."""
+    from .serialize import serialize  # serialize imports this module: bind at call time
+
+    return serialize(node)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,10 +150,7 @@ class Tensor:
         """(bra, ket, aux) slot counts; tensors of one label and two signatures differ."""
         return (len(self.bra), len(self.ket), len(self.aux))
 
-    def __str__(self) -> str:
-        from .serialize import serialize
-
-        return serialize(self)
+    __str__ = _sequant_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,10 +164,7 @@ class NormalOperator:
     annihilators: tuple[Index, ...] = ()
     creators: tuple[Index, ...] = ()
 
-    def __str__(self) -> str:
-        from .serialize import serialize
-
-        return serialize(self)
+    __str__ = _sequant_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,10 +178,7 @@ class Constant:
 
     value: Fraction
 
-    def __str__(self) -> str:
-        from .serialize import serialize
-
-        return serialize(self)
+    __str__ = _sequant_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,10 +188,7 @@ class Variable:
     name: str
     conjugated: bool = False
 
-    def __str__(self) -> str:
-        from .serialize import serialize
-
-        return serialize(self)
+    __str__ = _sequant_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,10 +199,7 @@ class Power:
     exponent: Fraction
     conjugated: bool = False
 
-    def __str__(self) -> str:
-        from .serialize import serialize
-
-        return serialize(self)
+    __str__ = _sequant_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,10 +212,7 @@ class Product:
     scalar: Fraction
     factors: tuple[Expr, ...]
 
-    def __str__(self) -> str:
-        from .serialize import serialize
-
-        return serialize(self)
+    __str__ = _sequant_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,10 +221,7 @@ class Sum:
 
     terms: tuple[Expr, ...]
 
-    def __str__(self) -> str:
-        from .serialize import serialize
-
-        return serialize(self)
+    __str__ = _sequant_text
 
 
 Expr = Union[Tensor, NormalOperator, Constant, Variable, Power, Product, Sum]  # noqa: UP007
@@ -259,7 +247,28 @@ class Equation:
         """The result's label (the key of this equation's value in results)."""
         return self.lhs.label if isinstance(self.lhs, Tensor) else self.lhs.name
 
-    def __str__(self) -> str:
-        from .serialize import serialize
+    __str__ = _sequant_text
 
-        return serialize(self)
+
+def walk(expr: Expr) -> Iterator[Expr]:
+    """Every node of ``expr``, pre-order, left to right; iterative (sums can be very long).
+
+    Example:
+        >>> import sq_jax as sq
+        >>> (eq,) = sq.parse("R{a1;i1} = f{a1;i1} + 2 ω^(2) t{a1;i1}")
+        >>> [type(n).__name__ for n in walk(eq.rhs)]
+        ['Sum', 'Tensor', 'Product', 'Power', 'Variable', 'Tensor']
+    """
+    stack: list[Expr] = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(_operands(node)))
+
+
+def _operands(node: Expr) -> tuple[Expr, ...]:
+    if isinstance(node, Product):
+        return node.factors
+    if isinstance(node, Sum):
+        return node.terms
+    return (node.base,) if isinstance(node, Power) else ()

@@ -35,22 +35,13 @@ from fractions import Fraction
 from typing import Any
 
 from .._errors import ParseError
+from . import nodes as ex
 from ._tensor_syntax import TensorSyntax
-from .nodes import (
-    Constant,
-    Equation,
-    Expr,
-    NormalOperator,
-    Power,
-    Product,
-    Sum,
-    Tensor,
-    Variable,
-)
 from .options import ParseOptions, resolve_options
 from .serialize import serialize
 from .symmetrize import expand_symmetrizers
 from .tokenize import Token as _Token
+from .tokenize import close_error
 from .tokenize import describe as _describe
 from .tokenize import logical_lines as _logical_lines
 from .tokenize import physical_lines as _physical_lines
@@ -72,7 +63,7 @@ _DIGITS = frozenset("0123456789")
 
 def parse(
     text: str, options: ParseOptions | None = None, **option_overrides: Any
-) -> tuple[Equation, ...]:
+) -> tuple[ex.Equation, ...]:
     """Parse equations, one per line: ``lhs = rhs`` or ``lhs -> rhs``.
 
     Blank lines and lines whose first non-space character is ``#`` are skipped. A line
@@ -119,7 +110,7 @@ def parse(
     return result
 
 
-def parse_expr(text: str, options: ParseOptions | None = None, **option_overrides: Any) -> Expr:
+def parse_expr(text: str, options: ParseOptions | None = None, **option_overrides: Any) -> ex.Expr:
     """Parse one expression (no ``=``); it may span several lines.
 
     Args:
@@ -158,12 +149,12 @@ def parse_expr(text: str, options: ParseOptions | None = None, **option_override
 # -- parser --------------------------------------------------------------------------------
 
 
-def _make_product(scalar: Fraction, factors: list[Expr]) -> Expr:
+def _make_product(scalar: Fraction, factors: list[ex.Expr]) -> ex.Expr:
     if not factors:
-        return Constant(scalar)
+        return ex.Constant(scalar)
     if len(factors) == 1 and scalar == 1:
         return factors[0]
-    return Product(scalar, tuple(factors))
+    return ex.Product(scalar, tuple(factors))
 
 
 class _Parser(TensorSyntax):
@@ -171,18 +162,16 @@ class _Parser(TensorSyntax):
 
     # -- top level
 
-    def equation(self) -> Equation:
-        tok = self.peek()
-        if tok.kind != "name":
-            raise _error(
-                f"expected the result of the equation (a tensor such as `R{{a1;i1}}` or a "
-                f"variable such as `E`), got {_describe(tok)}.",
-                tok,
-            )
+    def equation(self) -> ex.Equation:
+        tok = self.expect_name(
+            "the result of the equation (a tensor such as `R{a1;i1}` or a variable such as `E`)"
+        )
         lhs = self.named(0)
-        if not isinstance(lhs, Tensor | Variable) or (isinstance(lhs, Variable) and lhs.conjugated):
-            kind = "power" if isinstance(lhs, Power) else "conjugated variable"
-            if isinstance(lhs, NormalOperator):
+        if not isinstance(lhs, ex.Tensor | ex.Variable) or (
+            isinstance(lhs, ex.Variable) and lhs.conjugated
+        ):
+            kind = "power" if isinstance(lhs, ex.Power) else "conjugated variable"
+            if isinstance(lhs, ex.NormalOperator):
                 kind = "normal operator"
             raise _error(
                 f"the result of an equation must be a tensor or a plain variable, got the "
@@ -208,9 +197,9 @@ class _Parser(TensorSyntax):
             )
         rhs = self.sum(0)
         self.expect_end()
-        return Equation(lhs, rhs)
+        return ex.Equation(lhs, rhs)
 
-    def whole_expression(self) -> Expr:
+    def whole_expression(self) -> ex.Expr:
         expr = self.sum(0)
         self.expect_end()
         return expr
@@ -236,7 +225,7 @@ class _Parser(TensorSyntax):
 
     # -- sums and products (loops, not recursion)
 
-    def sum(self, depth: int) -> Expr:
+    def sum(self, depth: int) -> ex.Expr:
         terms = []
         sign = 1
         if self.peek().kind in ("+", "-"):
@@ -245,14 +234,14 @@ class _Parser(TensorSyntax):
         while self.peek().kind in ("+", "-"):
             sign = -1 if self.take().kind == "-" else 1
             terms.append(self.product(sign, depth))
-        return terms[0] if len(terms) == 1 else Sum(tuple(terms))
+        return terms[0] if len(terms) == 1 else ex.Sum(tuple(terms))
 
     def starts_factor(self, tok: _Token) -> bool:
         return tok.kind in ("name", "number", "(")
 
-    def product(self, sign: int, depth: int) -> Expr:
+    def product(self, sign: int, depth: int) -> ex.Expr:
         scalar = Fraction(sign)
-        factors: list[Expr] = []
+        factors: list[ex.Expr] = []
         first = True
         while True:
             tok = self.peek()
@@ -277,7 +266,7 @@ class _Parser(TensorSyntax):
                     )
                 break
             item = self.factor(depth)
-            if isinstance(item, Constant):
+            if isinstance(item, ex.Constant):
                 scalar *= item.value
             else:
                 factors.append(item)
@@ -285,25 +274,25 @@ class _Parser(TensorSyntax):
         if (
             self.opts.legacy_symmetrizer_labels
             and len(factors) > 1
-            and isinstance(factors[0], Tensor)
+            and isinstance(factors[0], ex.Tensor)
             and factors[0].label in _LEGACY_SYMMETRIZERS
         ):
             head = factors[0]
             factors[0] = dataclasses.replace(head, label=_LEGACY_SYMMETRIZERS[head.label])
         return _make_product(scalar, factors)
 
-    def factor(self, depth: int) -> Expr:
+    def factor(self, depth: int) -> ex.Expr:
         tok = self.peek()
         if tok.kind == "number":
             value = self.number()
             if self.at("^") and self.at("(", 1):
-                return self.power_tail(Constant(value))
-            return Constant(value)
+                return self.power_tail(ex.Constant(value))
+            return ex.Constant(value)
         if tok.kind == "name":
             return self.named(depth)
         return self.parenthesized(depth)
 
-    def parenthesized(self, depth: int) -> Expr:
+    def parenthesized(self, depth: int) -> ex.Expr:
         opener = self.take()
         if depth >= _MAX_DEPTH:
             raise _error(
@@ -313,25 +302,15 @@ class _Parser(TensorSyntax):
         inner = self.sum(depth + 1)
         close = self.peek()
         if close.kind != ")":
-            if close.kind == "eof":
-                raise _error(
-                    f"unclosed '(' at column {opener.col}: expected ')' before the end of "
-                    "the line.",
-                    opener,
-                )
-            if close.kind in ("}", ">"):
-                raise _error(
-                    f"mismatched '{close.kind}': expected ')' to close the '(' at column "
-                    f"{opener.col}.",
-                    close,
-                )
-            raise _error(
-                f"expected ')' to close the '(' at column {opener.col}, got {_describe(close)}.",
+            raise close_error(
+                opener,
                 close,
+                ")",
+                f"expected ')' to close the '(' at column {opener.col}, got {_describe(close)}.",
             )
         self.take()
         if self.at("^") and self.at("(", 1):
-            if not isinstance(inner, Constant | Variable):
+            if not isinstance(inner, ex.Constant | ex.Variable):
                 raise _error(
                     f"only a number or a variable can be raised to a power, got a "
                     f"{type(inner).__name__.lower()} `({inner})`.",
@@ -341,7 +320,7 @@ class _Parser(TensorSyntax):
             return self.power_tail(inner)
         if self.at("^") and self.at("*", 1):
             star = self.peek(1)
-            if not isinstance(inner, Power) or inner.conjugated:
+            if not isinstance(inner, ex.Power) or inner.conjugated:
                 raise _error(
                     f"only a power `(x^(n))^*` can be conjugated with a parenthesized '^*'; "
                     f"got `({inner})` (write `x^*` for a conjugated variable).",
@@ -376,7 +355,7 @@ class _Parser(TensorSyntax):
             value = value / den.value
         return value
 
-    def power_tail(self, base: Constant | Variable) -> Power:
+    def power_tail(self, base: ex.Constant | ex.Variable) -> ex.Power:
         self.take()  # '^'
         opener = self.take()  # '('
         sign = 1
@@ -398,11 +377,11 @@ class _Parser(TensorSyntax):
                 close if close.kind != "eof" else opener,
             )
         self.take()
-        return Power(base, exponent)
+        return ex.Power(base, exponent)
 
     # -- names: tensors, operators, variables
 
-    def named(self, depth: int) -> Expr:
+    def named(self, depth: int) -> ex.Expr:
         tok = self.take()
         name = tok.text
         if name.endswith("_"):
@@ -418,40 +397,36 @@ class _Parser(TensorSyntax):
             self.take()
             self.take()
             conjugated = True
-        var = Variable(name, conjugated)
+        var = ex.Variable(name, conjugated)
         if self.at("^") and self.at("(", 1):
             return self.power_tail(var)
         return var
 
-    def tensor(self, name_tok: _Token) -> Tensor | NormalOperator:
+    def scripts(self, name_tok: _Token) -> tuple[tuple[ex.Index, ...], tuple[ex.Index, ...]]:
+        """``(bra, ket)`` of ``label_{bra}^{ket}`` or ``label^{ket}_{bra}``."""
+        role = {"_": "bra", "^": "ket"}
+        first = self.take().kind
+        second = "^" if first == "_" else "_"
+        groups = {first: self.single_group(name_tok, first)}
+        if not (self.at(second) and self.at("{", 1)):
+            label = name_tok.text
+            raise _error(
+                f"expected '{second}{{…}}' (the {role[second]}) after `{label}{first}{{…}}`, "
+                f"got {_describe(self.peek())}; write "
+                f"`{label}{first}{{{role[first]}}}{second}{{{role[second]}}}`.",
+                self.peek(),
+            )
+        self.take()
+        groups[second] = self.single_group(name_tok, second)
+        return groups["_"], groups["^"]
+
+    def tensor(self, name_tok: _Token) -> ex.Tensor | ex.NormalOperator:
         label = name_tok.text
         is_operator = unicodedata.normalize("NFC", label) in _OPERATOR_LABELS
         if self.at("{"):
             groups = self.brace_groups(name_tok, 2 if is_operator else 3)
-        elif self.at("_"):
-            self.take()
-            bra = self.single_group(name_tok, "_")
-            if not (self.at("^") and self.at("{", 1)):
-                raise _error(
-                    f"expected '^{{…}}' (the ket) after `{label}_{{…}}`, got "
-                    f"{_describe(self.peek())}; write `{label}_{{bra}}^{{ket}}`.",
-                    self.peek(),
-                )
-            self.take()
-            ket = self.single_group(name_tok, "^")
-            groups = [bra, ket]
-        else:
-            self.take()
-            ket = self.single_group(name_tok, "^")
-            if not (self.at("_") and self.at("{", 1)):
-                raise _error(
-                    f"expected '_{{…}}' (the bra) after `{label}^{{…}}`, got "
-                    f"{_describe(self.peek())}; write `{label}^{{ket}}_{{bra}}`.",
-                    self.peek(),
-                )
-            self.take()
-            bra = self.single_group(name_tok, "_")
-            groups = [bra, ket]
+        else:  # `named` calls this only before '{', '_{' or '^{'
+            groups = list(self.scripts(name_tok))
         while len(groups) < 3:
             groups.append(())
         bra, ket, aux = groups
@@ -463,9 +438,9 @@ class _Parser(TensorSyntax):
                     f"`{symm_tok.text}`.",
                     symm_tok,
                 )
-            return NormalOperator(label, bra, ket)
+            return ex.NormalOperator(label, bra, ket)
         symmetry = self.default_symm
         if symm_tok is not None:
             self.take()
             symmetry = self.symmetry(symm_tok)
-        return Tensor(label, bra, ket, aux, symmetry)
+        return ex.Tensor(label, bra, ket, aux, symmetry)

@@ -15,23 +15,12 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .nodes import (
-    Constant,
-    Equation,
-    Expr,
-    Index,
-    NormalOperator,
-    Power,
-    Product,
-    Sum,
-    Tensor,
-    Variable,
-)
+from . import nodes as ex
 
 __all__ = ["serialize"]
 
 
-def serialize(obj: Expr | Equation | Index, *, annot_symm: bool = True) -> str:
+def serialize(obj: ex.Expr | ex.Equation | ex.Index, *, annot_symm: bool = True) -> str:
     """Return SeQuant's canonical text for an expression, equation or index.
 
     Args:
@@ -61,31 +50,31 @@ class _Writer:
         self.annot_symm = annot_symm
 
     def write(self, obj: object) -> str:
-        if isinstance(obj, Equation):
+        if isinstance(obj, ex.Equation):
             return f"{self.write(obj.lhs)} = {self.write(obj.rhs)}"
-        if isinstance(obj, Index):
+        if isinstance(obj, ex.Index):
             return str(obj)
-        if isinstance(obj, Tensor):
+        if isinstance(obj, ex.Tensor):
             return self._tensor(obj)
-        if isinstance(obj, NormalOperator):
+        if isinstance(obj, ex.NormalOperator):
             return f"{obj.label}{{{self._group(obj.annihilators)};{self._group(obj.creators)}}}"
-        if isinstance(obj, Constant):
+        if isinstance(obj, ex.Constant):
             return _fraction(obj.value)
-        if isinstance(obj, Variable):
+        if isinstance(obj, ex.Variable):
             return obj.name + ("^*" if obj.conjugated else "")
-        if isinstance(obj, Power):
+        if isinstance(obj, ex.Power):
             return self._power(obj)
-        if isinstance(obj, Product):
+        if isinstance(obj, ex.Product):
             return self._product(obj)
-        if isinstance(obj, Sum):
+        if isinstance(obj, ex.Sum):
             return self._sum(obj)
         raise TypeError(f"cannot serialize {type(obj).__name__}: {obj!r}")
 
     @staticmethod
-    def _group(indices: tuple[Index, ...]) -> str:
+    def _group(indices: tuple[ex.Index, ...]) -> str:
         return ",".join(str(i) for i in indices)
 
-    def _tensor(self, t: Tensor) -> str:
+    def _tensor(self, t: ex.Tensor) -> str:
         groups = [self._group(t.bra)]
         if t.ket or t.aux:
             groups.append(self._group(t.ket))
@@ -96,9 +85,9 @@ class _Writer:
             text += f":{t.symmetry}"
         return text
 
-    def _power(self, p: Power) -> str:
+    def _power(self, p: ex.Power) -> str:
         base = p.base
-        if isinstance(base, Variable):
+        if isinstance(base, ex.Variable):
             base_text = f"({self.write(base)})" if base.conjugated else base.name
         else:
             v = base.value
@@ -107,15 +96,15 @@ class _Writer:
         text = f"{base_text}^({_fraction(p.exponent)})"
         return f"({text})^*" if p.conjugated else text
 
-    def _factor(self, f: Expr) -> str:
+    def _factor(self, f: ex.Expr) -> str:
         text = self.write(f)
-        if isinstance(f, Sum | Product):
+        if isinstance(f, ex.Sum | ex.Product):
             return f"({text})"
-        if isinstance(f, Constant) and f.value < 0:
+        if isinstance(f, ex.Constant) and f.value < 0:
             return f"({text})"
         return text
 
-    def _product(self, p: Product) -> str:
+    def _product(self, p: ex.Product) -> str:
         body = " * ".join(self._factor(f) for f in p.factors)
         if p.scalar == 1:
             return body
@@ -123,10 +112,10 @@ class _Writer:
             return _fraction(p.scalar)
         return f"{_fraction(p.scalar)} {body}"
 
-    def _sum(self, s: Sum) -> str:
+    def _sum(self, s: ex.Sum) -> str:
         out = ""
         for k, term in enumerate(s.terms):
-            text = f"({self.write(term)})" if isinstance(term, Sum) else self.write(term)
+            text = f"({self.write(term)})" if isinstance(term, ex.Sum) else self.write(term)
             if k == 0:
                 out = text
             elif text.startswith("-"):

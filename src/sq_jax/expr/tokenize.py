@@ -29,7 +29,15 @@ from typing import Any
 
 from .._errors import ParseError
 
-__all__ = ["Token", "describe", "logical_lines", "physical_lines", "token_error", "tokenize_line"]
+__all__ = [
+    "Token",
+    "close_error",
+    "describe",
+    "logical_lines",
+    "physical_lines",
+    "token_error",
+    "tokenize_line",
+]
 
 _NAME_EXTRA = frozenset("↑↓⁺⁻₊₋⁔'")
 _DIGITS = frozenset("0123456789")
@@ -72,6 +80,35 @@ def token_error(reason: str, tok: Token, length: int | None = None) -> ParseErro
     """
     n = len(tok.text) if length is None else length
     return ParseError(reason, line=tok.line, column=tok.col, length=n, source_line=tok.src)
+
+
+def close_error(opener: Token, close: Token, closer: str, otherwise: str) -> ParseError:
+    """The error for ``close`` standing where ``closer`` should end the bracket ``opener``.
+
+    The end of the line means the bracket is unclosed (caret on ``opener``); another closing
+    bracket means the brackets are mismatched; any other token gets ``otherwise``. Both the
+    ``(`` of a parenthesized sum and the ``{`` of an index group are closed this way.
+
+    Example:
+        >>> toks = tokenize_line("x = (a }", 1)
+        >>> print(close_error(toks[2], toks[4], ")", "unused"))
+        line 1, column 8: mismatched '}': expected ')' to close the '(' at column 5.
+          x = (a }
+                 ^
+    """
+    if close.kind == "eof":
+        reason = (
+            f"unclosed '{opener.text}' at column {opener.col}: expected '{closer}' before "
+            "the end of the line."
+        )
+        return token_error(reason, opener)
+    if close.kind in (")", "}", ">"):
+        reason = (
+            f"mismatched '{close.kind}': expected '{closer}' to close the '{opener.text}' at "
+            f"column {opener.col}."
+        )
+        return token_error(reason, close)
+    return token_error(otherwise, close)
 
 
 def _is_name_start(c: str) -> bool:

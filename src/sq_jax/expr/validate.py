@@ -53,6 +53,7 @@ from .nodes import (
     Sum,
     Tensor,
     Variable,
+    walk,
 )
 from .serialize import serialize
 from .spaces import DEFAULT_SPACES, Spaces
@@ -154,20 +155,6 @@ def _set(indices: Iterable[Index]) -> str:
     return "{" + ", ".join(items) + "}" if items else "{} (none)"
 
 
-def _walk(expr: Expr) -> Iterator[Expr]:
-    """Every node of ``expr``, depth first, without recursion."""
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        yield node
-        if isinstance(node, Product):
-            stack.extend(reversed(node.factors))
-        elif isinstance(node, Sum):
-            stack.extend(reversed(node.terms))
-        elif isinstance(node, Power):
-            stack.append(node.base)
-
-
 def _slots(node: Tensor | NormalOperator) -> tuple[Index, ...]:
     if isinstance(node, Tensor):
         return node.indices
@@ -177,7 +164,7 @@ def _slots(node: Tensor | NormalOperator) -> tuple[Index, ...]:
 def _nodes(item: _Item) -> Iterator[Expr]:
     if item.lhs is not None:
         yield item.lhs
-    yield from _walk(item.rhs)
+    yield from walk(item.rhs)
 
 
 # -- checks --------------------------------------------------------------------------------
@@ -329,7 +316,7 @@ def _check_result_signatures(items: list[_Item]) -> list[str]:
     defined: dict[str, tuple[Tensor, str]] = {}
     problems = []
     for item in items:
-        for node in _walk(item.rhs):
+        for node in walk(item.rhs):
             if isinstance(node, Tensor) and node.label in defined:
                 result, where = defined[node.label]
                 if node.signature != result.signature:
@@ -400,7 +387,7 @@ def _read_problems(items: list[_Item]) -> list[str]:
             )
     problems: list[str] = []
     for k, item in enumerate(items):
-        for node in _walk(item.rhs):
+        for node in walk(item.rhs):
             if isinstance(node, Power) and _result_name(node.base) in defined:
                 problems.append(
                     f"{item.where}: {_quote(node)} raises the computed result "

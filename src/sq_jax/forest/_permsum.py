@@ -80,7 +80,7 @@ from operator import itemgetter
 
 from ..expr.nodes import Index
 from .canon import leaf_node, product_node, sum_node
-from .nodes import EvalNode, NodeKind
+from .nodes import EvalNode, NodeKind, post_order
 
 __all__ = ["group_permuted", "relabel_node"]
 
@@ -333,30 +333,20 @@ def relabel_node(node: EvalNode, mapping: Mapping[Index, Index]) -> EvalNode:
         >>> q.key == p.key, [str(ix) for ix in q.indices]
         (True, ['i_2', 'i_1'])
     """
-    done: dict[int, EvalNode] = {}
-    stack: list[tuple[EvalNode, bool]] = [(node, False)]
 
     def rename(indices: Sequence[Index]) -> tuple[Index, ...]:
         return tuple(mapping.get(ix, ix) for ix in indices)
 
-    while stack:
-        current, expanded = stack.pop()
-        if id(current) in done:
-            continue
+    done: dict[int, EvalNode] = {}
+    for current in post_order(node, set()):
         if current.kind is NodeKind.SCALAR:
-            done[id(current)] = current
+            copy = current
         elif current.kind is NodeKind.LEAF:
-            tensor = current.tensor
-            assert tensor is not None
-            done[id(current)] = leaf_node(
-                dataclasses.replace(
-                    tensor, bra=rename(tensor.bra), ket=rename(tensor.ket), aux=rename(tensor.aux)
-                )
+            t = current.tensor
+            assert t is not None
+            copy = leaf_node(
+                dataclasses.replace(t, bra=rename(t.bra), ket=rename(t.ket), aux=rename(t.aux))
             )
-        elif not expanded:
-            stack.append((current, True))
-            stack.append((current.right, False))  # type: ignore[arg-type]
-            stack.append((current.left, False))  # type: ignore[arg-type]
         else:
             left, right = done[id(current.left)], done[id(current.right)]
             if current.kind is NodeKind.PRODUCT:
@@ -366,5 +356,5 @@ def relabel_node(node: EvalNode, mapping: Mapping[Index, Index]) -> EvalNode:
                     left, current.left_coef, right, current.right_coef, rename(current.indices)
                 )
             assert copy.key == current.key and copy.indices == rename(current.indices)
-            done[id(current)] = copy
+        done[id(current)] = copy
     return done[id(node)]

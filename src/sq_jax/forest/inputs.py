@@ -178,23 +178,29 @@ def _full_tensor_block(spec: InputSpec, array: Any, spaces: Spaces, xp: Any) -> 
         match = fits[0] if fits else None
         if len({spaces.offset_in(space, c) for c in fits}) > 1:
             where = ", ".join(f"{c} (at {spaces.offset_in(space, c)})" for c in fits)
-            raise InputError(
-                f"input {spec.label!r} axis {axis} has length {length}, which fits several "
-                f"spaces that hold slot {axis}'s space {space!r} at different places: "
-                f"{where}. Pass the block as inputs[{spec.block_key!r}] with shape "
-                f"{spec.shape} instead."
+            why = (
+                f"which fits several spaces that hold slot {axis}'s space {space!r} at "
+                f"different places: {where}."
             )
+            raise _axis_error(spec, axis, length, why)
         if match is None:
             options = ", ".join(f"{c} ({spaces.extent(c)})" for c in candidates)
-            raise InputError(
-                f"input {spec.label!r} axis {axis} has length {length}, but slot {axis} of "
-                f"leaf `{spec.example}` is in space {space!r}; expected the length of a "
-                f"space containing it: {options}. Pass the block as "
-                f"inputs[{spec.block_key!r}] with shape {spec.shape} instead."
+            why = (
+                f"but slot {axis} of leaf `{spec.example}` is in space {space!r}; expected the "
+                f"length of a space containing it: {options}."
             )
+            raise _axis_error(spec, axis, length, why)
         start = spaces.offset_in(space, match)
         index.append(slice(start, start + spaces.extent(space)))
     return array[tuple(index)]
+
+
+def _axis_error(spec: InputSpec, axis: int, length: int, why: str) -> InputError:
+    """A full tensor's ``axis`` of ``length`` does not say where ``spec``'s block lies."""
+    return InputError(
+        f"input {spec.label!r} axis {axis} has length {length}, {why} Pass the block as "
+        f"inputs[{spec.block_key!r}] with shape {spec.shape} instead."
+    )
 
 
 def _dtype_name(dtype: Any) -> str:

@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import enum
 import hashlib
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from fractions import Fraction
 
 from ..expr.nodes import Constant, Index, Power, Tensor, Variable
 from ..expr.spaces import Spaces
 
-__all__ = ["EvalNode", "Forest", "NodeKind", "Root", "stable_hash"]
+__all__ = ["EvalNode", "Forest", "NodeKind", "Root", "post_order", "stable_hash"]
 
 
 class NodeKind(enum.Enum):
@@ -135,6 +136,45 @@ class EvalNode:
         return tuple(seen)
 
 
+def post_order(
+    node: EvalNode,
+    seen: set[Hashable] | None = None,
+    key: Callable[[EvalNode], Hashable] = id,
+) -> list[EvalNode]:
+    """The nodes of ``node``'s tree, children before parents; iterative (deep sum chains).
+
+    With ``seen``, a node whose ``key`` is already in it is skipped with its subtree, and
+    every node listed adds its ``key``: ``seen=set()`` lists each object once (a subtree
+    shared by identity once), ``key=lambda n: n.key`` each value once, and passing the
+    same set on to the next tree continues the walk over a forest. ``seen=None`` lists
+    every occurrence.
+
+    Example:
+        >>> from sq_jax.expr.nodes import Index, Tensor
+        >>> from sq_jax.forest.canon import leaf_node, sum_node
+        >>> i1, a1 = Index("i", 1), Index("a", 1)
+        >>> f = leaf_node(Tensor("f", (i1,), (a1,)))
+        >>> s = sum_node(f, 1, f, 2, (i1, a1))
+        >>> [n.kind.name for n in post_order(s)], [n.kind.name for n in post_order(s, set())]
+        (['LEAF', 'LEAF', 'SUM'], ['LEAF', 'SUM'])
+    """
+    out: list[EvalNode] = []
+    stack: list[tuple[EvalNode, bool]] = [(node, False)]
+    while stack:
+        current, expanded = stack.pop()
+        if seen is not None and key(current) in seen:
+            continue  # an equal key has equal children keys: all already listed
+        if expanded or current.left is None:
+            if seen is not None:
+                seen.add(key(current))
+            out.append(current)
+            continue
+        stack.append((current, True))
+        stack.append((current.right, False))  # type: ignore[arg-type]
+        stack.append((current.left, False))
+    return out
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Root:
     """One equation's tree: ``name[indices] = coef * node`` (node permuted to ``indices``)."""
@@ -187,30 +227,18 @@ class Forest:
 
         Example:
             >>> import sq_jax as sq
-            >>> eqs = sq.parse("E = g{i1,i2;a1,a2} t{a1,a2;i1,i2}")
-            >>> f = sq.build_forest(eqs, sq.Spaces(i=2, a=3))
-            >>> [n.kind.name for n in f.distinct()]
-            ['LEAF', 'LEAF', 'PRODUCT']
+            >>> f = sq.build_forest(sq.parse("E = g{i1;i1} g{i2;i2}"), sq.Spaces(i=2))
+            >>> [n.kind.name for n in f.occurrences()], [n.kind.name for n in f.distinct()]
+            (['LEAF', 'LEAF', 'PRODUCT'], ['LEAF', 'PRODUCT'])
         """
         return self._post_order(distinct=True)
 
     def _post_order(self, *, distinct: bool) -> tuple[EvalNode, ...]:
         """Every node (or the first node of each key), children first; iterative."""
-        seen: set[str] = set()
+        seen: set[Hashable] | None = set() if distinct else None
         out: list[EvalNode] = []
         for root in self.roots:
-            stack: list[tuple[EvalNode, bool]] = [(root.node, False)]
-            while stack:
-                node, expanded = stack.pop()
-                if distinct and node.key in seen:
-                    continue  # an equal key has equal children keys: all already listed
-                if expanded or node.left is None:
-                    seen.add(node.key)
-                    out.append(node)
-                    continue
-                stack.append((node, True))
-                stack.append((node.right, False))  # type: ignore[arg-type]
-                stack.append((node.left, False))
+            out += post_order(root.node, seen, key=lambda n: n.key)
         return tuple(out)
 
     def values(self) -> tuple[EvalNode, ...]:
