@@ -74,7 +74,7 @@ from ..expr.validate import result_read_problems
 from ._permsum import group_permuted
 from .binarize import binarize, count_labels, resolve_optimizer
 from .canon import leaf_node, scalar_node, sum_node
-from .factor import factor_terms
+from .factor import factor_terms, sharing_groups
 from .inputs import input_names
 from .nodes import EvalNode, Forest, NodeKind, Root
 
@@ -139,20 +139,38 @@ def build_forest(
     if read_problems:
         raise ExpressionError("cannot build the eval forest:\n- " + "\n- ".join(read_problems))
     keep = select_outputs(outputs, [eq.name for eq in eqs])
-    results: dict[str, Root] = {}
     for eq in eqs:
         _check_equation(eq, spaces)  # must run first: the builder assumes checked input
-        builder = _Builder(eq, spaces, optimize, results)
-        node, coef = builder.build_sum(_split_terms(eq.rhs), _lhs_labels(eq))
-        lhs_is_tensor = isinstance(eq.lhs, Tensor)
-        indices = eq.lhs.indices if isinstance(eq.lhs, Tensor) else ()
-        results[eq.name] = Root(eq.name, indices, node, coef, lhs_is_tensor)
+    with sharing_groups() as record:
+        results = _build_roots(eqs, spaces, optimize)
+    if any(len(keys) for keys in record.chosen.values()) and len(record.chosen) > 1:
+        # again, with the group values each sum chose priced as paid in the others
+        # (factor.GroupSharing); the cheaper forest is kept, so FLOPs never go up
+        with sharing_groups(record):
+            again = _build_roots(eqs, spaces, optimize)
+        if (
+            Forest(tuple(again.values()), spaces).flops
+            < Forest(tuple(results.values()), spaces).flops
+        ):
+            results = again
     kept = tuple(root for name, root in results.items() if name in keep)
     forest = Forest(kept, spaces)
     if len(kept) == len(results):
         return forest
     everything = Forest(tuple(results.values()), spaces)
     return Forest(kept, spaces, input_names(everything) - input_names(forest))
+
+
+def _build_roots(eqs: Sequence[Equation], spaces: Spaces, optimize: Any) -> dict[str, Root]:
+    """Each (checked) equation's root, by result label, in order."""
+    results: dict[str, Root] = {}
+    for eq in eqs:
+        builder = _Builder(eq, spaces, optimize, results)
+        node, coef = builder.build_sum(_split_terms(eq.rhs), _lhs_labels(eq))
+        lhs_is_tensor = isinstance(eq.lhs, Tensor)
+        indices = eq.lhs.indices if isinstance(eq.lhs, Tensor) else ()
+        results[eq.name] = Root(eq.name, indices, node, coef, lhs_is_tensor)
+    return results
 
 
 def select_outputs(outputs: Sequence[str] | None, names: Sequence[str]) -> frozenset[str]:

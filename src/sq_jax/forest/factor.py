@@ -66,6 +66,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -81,9 +82,56 @@ from .canon import leaf_node, product_node, scalar_node, sum_node
 from .cost import contraction_flops, mode_size, node_flops
 from .nodes import EvalNode
 
-__all__ = ["factor_terms", "unfactored"]
+__all__ = ["GroupSharing", "factor_terms", "sharing_groups", "unfactored"]
 
 _ENABLED: ContextVar[bool] = ContextVar("sq_jax_factoring", default=True)
+
+
+class GroupSharing:
+    """The group values each sum chose, and the ones other sums chose in an earlier build.
+
+    Why: two sums often need the same factored value (``t·(g − ½ g')`` in two CCSD ring
+    intermediates), and a sum that can factor two ways of equal worth picks one blindly; a
+    value that another sum builds anyway costs it nothing. The builder builds once while
+    recording (``free`` empty), then again with the record as ``free``: each sum prices a
+    group value that *another* sum chose as already paid, and the cheaper forest is kept.
+    """
+
+    def __init__(self, previous: GroupSharing | None = None) -> None:
+        self.chosen: dict[str, set[str]] = {}
+        """A sum's identity (its text digest) → the keys of the group values it chose."""
+        self._by_key: dict[str, set[str]] = {}
+        if previous is not None:
+            for call, keys in previous.chosen.items():
+                for key in keys:
+                    self._by_key.setdefault(key, set()).add(call)
+
+    def free(self, call: str) -> frozenset[str]:
+        """The group values that a sum other than ``call`` chose in the earlier build."""
+        return frozenset(k for k, calls in self._by_key.items() if calls - {call})
+
+
+_SHARING: ContextVar[GroupSharing | None] = ContextVar("sq_jax_group_sharing", default=None)
+
+
+@contextmanager
+def sharing_groups(previous: GroupSharing | None = None) -> Iterator[GroupSharing]:
+    """Within this block, sums record their groups; ``previous`` prices other sums' as paid.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> eqs = sq.parse("R{a1;i1} = f{a1;a2} t{a2;i1} + f{a1;a3} u{a3;i1}")
+        >>> with sharing_groups() as record:
+        ...     _ = sq.build_forest(eqs, sq.Spaces(i=4, a=30))
+        >>> [len(keys) for keys in record.chosen.values()]
+        [1]
+    """
+    sharing = GroupSharing(previous)
+    token = _SHARING.set(sharing)
+    try:
+        yield sharing
+    finally:
+        _SHARING.reset(token)
 
 
 @contextmanager
@@ -160,13 +208,20 @@ def factor_terms(
     if not _ENABLED.get() or len(out) < 2:
         return out
     result = tuple(result)
+    sharing = _SHARING.get()
     plain = _plain_terms(out, result, spaces, optimize)
-    groups = _groups(plain, result, spaces, optimize)
+    call = _call_id(plain, len(out)) if sharing is not None else ""
+    paid = sharing.free(call) if sharing is not None else frozenset()
+    groups = _groups(plain, result, spaces, optimize, paid)
     if not groups:
         return out
-    chosen = _Ledger(plain, spaces).select(groups, result)
+    chosen = _Ledger(plain, spaces, paid).select(groups, result)
     if not chosen:
         return out
+    if sharing is not None:
+        sharing.chosen.setdefault(call, set()).update(
+            _group_key(shared, members, plain, result) for shared, _, members in chosen
+        )
     taken = {opt.position for _, _, members in chosen for opt in members}
     merged: dict[int, Expr] = {}
     for shared, _, members in chosen:
@@ -224,15 +279,28 @@ def _plain_terms(
     return plain
 
 
+def _call_id(plain: dict[int, _Term], n_terms: int) -> str:
+    """A sum's identity across builds, label-blind (the permuted copies of a sum are one).
+
+    The digest of its product terms' value keys, sorted, and its number of terms.
+    """
+    text = "\n".join(sorted(term.top for term in plain.values())) + f"\n{n_terms}"
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
 def _worth(
     shared: Tensor,
     inner: Sequence[Index],
     members: Sequence[_Option],
     result: Sequence[Index],
     spaces: Spaces,
+    paid: bool = False,
 ) -> int:
-    """FLOPs saved by factoring ``members`` (standalone prices, module doc step 3)."""
-    once = contraction_flops((shared.indices, inner), result, spaces)
+    """FLOPs saved by factoring ``members`` (standalone prices, module doc step 3).
+
+    ``paid``: another sum builds the group's value ``F · Σ`` (:class:`GroupSharing`).
+    """
+    once = 0 if paid else contraction_flops((shared.indices, inner), result, spaces)
     fewer_adds = (len(members) - 1) * mode_size(result, spaces)  # the outer sum's
     return sum(opt.saving for opt in members) + mode_size(inner, spaces) + fewer_adds - once
 
@@ -251,8 +319,8 @@ class _Ledger:
     group value (the permuted copies of a group are one value).
     """
 
-    def __init__(self, plain: dict[int, _Term], spaces: Spaces) -> None:
-        self.plain, self.spaces = plain, spaces
+    def __init__(self, plain: dict[int, _Term], spaces: Spaces, paid: frozenset[str]) -> None:
+        self.plain, self.spaces, self.paid = plain, spaces, paid
         self.tops = Counter(term.top for term in plain.values())
         self.present: set[str] = set()
         for term in plain.values():
@@ -265,12 +333,12 @@ class _Ledger:
         chosen: list[Group] = []
         n = 0
         while n < len(groups):
-            batch_worth = _worth(*groups[n], result, self.spaces)
+            batch_worth = self._worth(*groups[n], result)
             batch: list[Group] = []
-            while n < len(groups) and _worth(*groups[n], result, self.spaces) == batch_worth:
+            while n < len(groups) and self._worth(*groups[n], result) == batch_worth:
                 shared, inner, options = groups[n]
                 members = [opt for opt in options if opt.position not in taken]
-                if len(members) >= 2 and _worth(shared, inner, members, result, self.spaces) > 0:
+                if len(members) >= 2 and self._worth(shared, inner, members, result) > 0:
                     batch.append((shared, inner, members))
                     taken.update(opt.position for opt in members)
                 n += 1
@@ -279,6 +347,12 @@ class _Ledger:
             else:
                 taken.difference_update(opt.position for g in batch for opt in g[2])
         return chosen
+
+    def _worth(
+        self, shared: Tensor, inner: Sequence[Index], members: Sequence[_Option], result
+    ) -> int:
+        paid = bool(self.paid) and _group_key(shared, members, self.plain, result) in self.paid
+        return _worth(shared, inner, members, result, self.spaces, paid)
 
     def _take(self, batch: Sequence[Group], result: Sequence[Index]) -> bool:
         """Take ``batch`` if it lowers the sum's FLOPs (and record it); else change nothing."""
@@ -293,10 +367,11 @@ class _Ledger:
             freed += (len(members) - 1) * mode_size(result, self.spaces)  # outer adds
             for opt in members:
                 added.update((k, f) for k, f in opt.values.items() if k not in self.present)
+            key = _group_key(shared, members, self.plain, result)
             once = contraction_flops((shared.indices, inner), result, self.spaces)
-            added[_group_key(shared, members, self.plain, result)] = once + (
-                len(members) - 1
-            ) * mode_size(inner, self.spaces)
+            if key in self.paid:
+                once = 0  # another sum builds this value (GroupSharing)
+            added[key] = once + (len(members) - 1) * mode_size(inner, self.spaces)
         if freed <= sum(added.values()):
             return False
         self.tops.subtract(tops)
@@ -328,7 +403,11 @@ def _group_key(
 
 
 def _groups(
-    plain: dict[int, _Term], result: tuple[Index, ...], spaces: Spaces, optimize: Any
+    plain: dict[int, _Term],
+    result: tuple[Index, ...],
+    spaces: Spaces,
+    optimize: Any,
+    paid: frozenset[str] = frozenset(),
 ) -> list[tuple[Tensor, tuple[Index, ...], list[_Option]]]:
     """Every (shared tensor, inner labels) of two terms or more, most worth first.
 
@@ -376,7 +455,8 @@ def _groups(
                 options.append(_Option(k, rest, values, saving, root))
         inner = renamed[where[0]][2]
         if len(options) >= 2:
-            worth = _worth(shared, inner, options, result, spaces)
+            key_paid = bool(paid) and _group_key(shared, options, plain, result) in paid
+            worth = _worth(shared, inner, options, result, spaces, key_paid)
             if worth > 0:
                 groups.append((worth, options[0].position, shared, inner, options))
     groups.sort(key=lambda g: (-g[0], g[1]))
