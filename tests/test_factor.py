@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import sq_jax as sq
 from sq_jax.cc.equations import load_equations
 from sq_jax.expr.nodes import Equation, Index, Product, Sum, Tensor
-from sq_jax.forest.factor import factor_terms, unfactored
+from sq_jax.forest.factor import factor_terms, sharing_groups, unfactored
 from sq_jax.forest.inputs import bind_inputs, input_specs
 from sq_jax.forest.reference import evaluate_forest
 from test_cse import evaluate_direct, evaluate_roots
@@ -210,3 +210,30 @@ def test_keys_do_not_depend_on_the_left_hand_side_order():
         flat = sq.build_forest([Equation(Tensor("R", (a1, a2), (i1, i2)), rhs)], spaces)
     assert len({f.roots[0].node.key for f in forests}) == 1
     assert forests[0].flops < flat.flops
+
+
+def test_a_value_another_sum_builds_is_shared():
+    # X alone pulls g out (its first group): g·(u + t) + t·h, two contractions; Y builds
+    # t·(g + h) anyway, so the second build (GroupSharing) makes X = u·g + t·(g + h)
+    text = (
+        "X{a1;i1} = u{a1;a4} g{a4;i1} + t{a1;a2} g{a2;i1} + t{a1;a3} h{a3;i1}\n"
+        "Y{a1;i1} = t{a1;a2} g{a2;i1} + t{a1;a3} h{a3;i1}"
+    )
+    eqs = sq.parse(text)
+    spaces = sq.Spaces(i=30, a=30)  # both groups of X are worth the same
+    (pulled, _) = factor_terms(eqs[0].rhs.terms, eqs[0].lhs.indices, spaces)
+    assert pulled.factors[0].label == "g"  # on its own, X factors the other way
+    flat, factored = both_forests(eqs, spaces)
+    products = [v for v in factored.values() if v.kind is sq.NodeKind.PRODUCT]
+    assert len(products) == 2  # t·(g + h), shared, and u·g
+    assert factored.flops == 2 * (2 * 30**3) + 2 * 30**2  # two contractions, two adds
+    blocks = random_blocks(flat)
+    assert_same(evaluate_forest(factored, blocks), evaluate_forest(flat, blocks))
+    # the record, by hand: X's own sum does not price its own choice as paid
+    with sharing_groups() as record:
+        for eq in eqs:
+            factor_terms(eq.rhs.terms, eq.lhs.indices, spaces)
+    assert sorted(len(keys) for keys in record.chosen.values()) == [1, 1]
+    with sharing_groups(record) as again:
+        (_, shared) = factor_terms(eqs[0].rhs.terms, eqs[0].lhs.indices, spaces)
+    assert shared.factors[0].label == "t" and len(again.chosen) == 1

@@ -120,9 +120,9 @@ def sharing_groups(previous: GroupSharing | None = None) -> Iterator[GroupSharin
 
     Example:
         >>> import sq_jax as sq
-        >>> eqs = sq.parse("R{a1;i1} = f{a1;a2} t{a2;i1} + f{a1;a3} u{a3;i1}")
+        >>> (eq,) = sq.parse("R{a1;i1} = f{a1;a2} t{a2;i1} + f{a1;a3} u{a3;i1}")
         >>> with sharing_groups() as record:
-        ...     _ = sq.build_forest(eqs, sq.Spaces(i=4, a=30))
+        ...     _ = factor_terms(eq.rhs.terms, eq.lhs.indices, sq.Spaces(i=4, a=30))
         >>> [len(keys) for keys in record.chosen.values()]
         [1]
     """
