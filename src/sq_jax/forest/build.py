@@ -141,24 +141,39 @@ def build_forest(
     keep = select_outputs(outputs, [eq.name for eq in eqs])
     for eq in eqs:
         _check_equation(eq, spaces)  # must run first: the builder assumes checked input
-    with sharing_groups() as record:
-        results = _build_roots(eqs, spaces, optimize)
-    if any(len(keys) for keys in record.chosen.values()) and len(record.chosen) > 1:
-        # again, with the group values each sum chose priced as paid in the others
-        # (factor.GroupSharing); the cheaper forest is kept, so FLOPs never go up
-        with sharing_groups(record):
-            again = _build_roots(eqs, spaces, optimize)
-        if (
-            Forest(tuple(again.values()), spaces).flops
-            < Forest(tuple(results.values()), spaces).flops
-        ):
-            results = again
+    results = _cheapest_roots(eqs, spaces, optimize)
     kept = tuple(root for name, root in results.items() if name in keep)
     forest = Forest(kept, spaces)
     if len(kept) == len(results):
         return forest
     everything = Forest(tuple(results.values()), spaces)
     return Forest(kept, spaces, input_names(everything) - input_names(forest))
+
+
+def _cheapest_roots(eqs: Sequence[Equation], spaces: Spaces, optimize: Any) -> dict[str, Root]:
+    """The roots of the cheapest of up to three builds (FLOPs never above the plain pass's).
+
+    1. sums record the group values they choose (:class:`~sq_jax.forest.factor.GroupSharing`);
+    2. again, each sum pricing a value that another sum chose as paid;
+    3. when a bilinear block was taken, once without blocks: a block frees intermediates
+       that its sum alone no longer needs, but another equation may read them.
+    """
+
+    def flops(roots: dict[str, Root]) -> int:
+        return Forest(tuple(roots.values()), spaces).flops
+
+    with sharing_groups() as record:
+        best = _build_roots(eqs, spaces, optimize)
+    blocks = record.blocks_taken
+    if len(record.chosen) > 1:
+        with sharing_groups(record) as again:
+            other = _build_roots(eqs, spaces, optimize)
+        blocks += again.blocks_taken
+        best = min(best, other, key=flops)
+    if blocks:
+        with sharing_groups(blocks=False):
+            best = min(best, _build_roots(eqs, spaces, optimize), key=flops)
+    return best
 
 
 def _build_roots(eqs: Sequence[Equation], spaces: Spaces, optimize: Any) -> dict[str, Root]:

@@ -77,6 +77,7 @@ from typing import Any
 
 from ..expr.nodes import Expr, Index, Power, Product, Sum, Tensor, Variable
 from ..expr.spaces import Spaces
+from ._bilinear import Block, find_blocks
 from .binarize import binarize
 from .canon import leaf_node, product_node, scalar_node, sum_node
 from .cost import contraction_flops, mode_size, node_flops
@@ -97,7 +98,10 @@ class GroupSharing:
     group value that *another* sum chose as already paid, and the cheaper forest is kept.
     """
 
-    def __init__(self, previous: GroupSharing | None = None) -> None:
+    def __init__(self, previous: GroupSharing | None = None, *, blocks: bool = True) -> None:
+        self.blocks = blocks
+        """Whether sums look for bilinear blocks (:mod:`sq_jax.forest._bilinear`)."""
+        self.blocks_taken = 0
         self.chosen: dict[str, set[str]] = {}
         """A sum's identity (its text digest) → the keys of the group values it chose."""
         self._by_key: dict[str, set[str]] = {}
@@ -115,8 +119,12 @@ _SHARING: ContextVar[GroupSharing | None] = ContextVar("sq_jax_group_sharing", d
 
 
 @contextmanager
-def sharing_groups(previous: GroupSharing | None = None) -> Iterator[GroupSharing]:
+def sharing_groups(
+    previous: GroupSharing | None = None, *, blocks: bool = True
+) -> Iterator[GroupSharing]:
     """Within this block, sums record their groups; ``previous`` prices other sums' as paid.
+
+    ``blocks=False`` turns the bilinear blocks off (the builder compares both).
 
     Example:
         >>> import sq_jax as sq
@@ -126,7 +134,7 @@ def sharing_groups(previous: GroupSharing | None = None) -> Iterator[GroupSharin
         >>> [len(keys) for keys in record.chosen.values()]
         [1]
     """
-    sharing = GroupSharing(previous)
+    sharing = GroupSharing(previous, blocks=blocks)
     token = _SHARING.set(sharing)
     try:
         yield sharing
@@ -215,15 +223,37 @@ def factor_terms(
     groups = _groups(plain, result, spaces, optimize, paid)
     if not groups:
         return out
-    chosen = _Ledger(plain, spaces, paid).select(groups, result)
-    if not chosen:
+    ledger = _Ledger(plain, spaces, paid)
+    blocks: list[Block] = []
+    taken: set[int] = set()
+    found: list[Block] = []
+    if sharing is None or sharing.blocks:
+        base = _base(plain, result)
+        found = find_blocks(
+            plain, groups, result, spaces, optimize, base, ledger.group_worth(result)
+        )
+    for worth in sorted({block.worth for block in found}, reverse=True):
+        # blocks of equal worth (the permuted copies of one) as one batch, as groups are
+        batch: list[Block] = []
+        for block in found:
+            if block.worth == worth and not taken.intersection(block.positions):
+                batch.append(block)
+                taken.update(block.positions)
+        if batch and ledger.take_blocks(batch, result):
+            blocks += batch
+        else:
+            taken.difference_update(k for block in batch for k in block.positions)
+    chosen = ledger.select(groups, result, taken)
+    if not chosen and not blocks:
         return out
+    if sharing is not None:
+        sharing.blocks_taken += len(blocks)
     if sharing is not None:
         sharing.chosen.setdefault(call, set()).update(
             _group_key(shared, members, plain, result) for shared, _, members in chosen
         )
-    taken = {opt.position for _, _, members in chosen for opt in members}
-    merged: dict[int, Expr] = {}
+    taken.update(opt.position for _, _, members in chosen for opt in members)
+    merged: dict[int, Expr] = {block.positions[0]: block.term for block in blocks}
     for shared, _, members in chosen:
         first = plain[members[0].position].coef
         inner_terms = tuple(Product(plain[opt.position].coef / first, opt.rest) for opt in members)
@@ -326,10 +356,21 @@ class _Ledger:
         for term in plain.values():
             self.present.update(k for k in term.values if k != term.top)
         self.pinned = frozenset(self.present)
+        self.holders: dict[str, set[int]] = {}
+        """An inner value of the flat terms → the positions of the terms whose tree has it."""
+        for k, term in plain.items():
+            for key in term.values:
+                self.holders.setdefault(key, set()).add(k)
+        self.gone: set[int] = set()
 
-    def select(self, groups: Sequence[Group], result: Sequence[Index]) -> list[Group]:
-        """The groups taken, greedily; groups of equal worth (mirror copies) as one batch."""
-        taken: set[int] = set()
+    def select(
+        self, groups: Sequence[Group], result: Sequence[Index], before: set[int]
+    ) -> list[Group]:
+        """The groups taken, greedily; groups of equal worth (mirror copies) as one batch.
+
+        ``before``: the positions already taken (by bilinear blocks).
+        """
+        taken = set(before)
         chosen: list[Group] = []
         n = 0
         while n < len(groups):
@@ -353,6 +394,40 @@ class _Ledger:
     ) -> int:
         paid = bool(self.paid) and _group_key(shared, members, self.plain, result) in self.paid
         return _worth(shared, inner, members, result, self.spaces, paid)
+
+    def group_worth(self, result: Sequence[Index]) -> Any:
+        """``(F, inner, members) → FLOPs`` a tensor group saves on its own (for blocks)."""
+        return lambda shared, inner, members: self._worth(shared, inner, members, result)
+
+    def take_blocks(self, batch: Sequence[Block], result: Sequence[Index]) -> bool:
+        """Take bilinear blocks if they lower the sum's FLOPs (and record them)."""
+        tops = Counter(self.plain[k].top for block in batch for k in block.positions)
+        freed = 0
+        for block in batch:
+            freed += (len(block.positions) - 1) * mode_size(result, self.spaces)
+        for key, count in tops.items():
+            if self.tops[key] == count and key not in self.pinned:
+                term = next(t for t in self.plain.values() if t.top == key)
+                freed += term.values[key]
+        # a block replaces whole trees (an o³v³ inside a T1 term): an inner value that no
+        # other term of the sum holds is freed too; the builder keeps the cheaper forest
+        # of a build with blocks and one without, as another equation may read it
+        leaving = self.gone | {k for block in batch for k in block.positions}
+        inner = {
+            key: f
+            for block in batch
+            for k in block.positions
+            for key, f in self.plain[k].values.items()
+            if key in self.pinned and self.holders[key] <= leaving
+        }
+        freed += sum(inner.values())
+        added = {k: f for block in batch for k, f in block.values.items() if k not in self.present}
+        if freed <= sum(added.values()):
+            return False
+        self.tops.subtract(tops)
+        self.present.update(added)
+        self.gone = leaving
+        return True
 
     def _take(self, batch: Sequence[Group], result: Sequence[Index]) -> bool:
         """Take ``batch`` if it lowers the sum's FLOPs (and record it); else change nothing."""
@@ -413,17 +488,7 @@ def _groups(
 
     Each group lists its members that save FLOPs, in the order of the sum.
     """
-    base = 1 + max(
-        (
-            ix.ordinal
-            for term in plain.values()
-            for f in term.factors
-            if isinstance(f, Tensor)
-            for ix in f.indices
-        ),
-        default=0,
-    )
-    base = max(base, 1 + max((ix.ordinal for ix in result), default=0))
+    base = _base(plain, result)
     candidates: dict[tuple[Tensor, frozenset[Index]], list[tuple[int, int]]] = {}
     renamed: dict[tuple[int, int], tuple[Tensor, tuple, tuple[Index, ...]]] = {}
     for k, term in plain.items():
@@ -461,6 +526,18 @@ def _groups(
                 groups.append((worth, options[0].position, shared, inner, options))
     groups.sort(key=lambda g: (-g[0], g[1]))
     return [(shared, inner, options) for _, _, shared, inner, options in groups]
+
+
+def _base(plain: dict[int, _Term], result: tuple[Index, ...]) -> int:
+    """The first ordinal that no label of the sum uses (renamed labels start there)."""
+    on_terms = (
+        ix.ordinal
+        for term in plain.values()
+        for f in term.factors
+        if isinstance(f, Tensor)
+        for ix in f.indices
+    )
+    return 1 + max(max(on_terms, default=0), max((ix.ordinal for ix in result), default=0))
 
 
 def _pull(
