@@ -13,7 +13,11 @@ term ``c_1 (F1 + r F2)·Σ_j (c_j / c_1) R_j``.
 
 Where: :func:`find_blocks`, called by :func:`~sq_jax.forest.factor.factor_terms` before
 its greedy choice of groups; a block is taken when it is worth more than its tensor group
-alone and the pass's ledger says it lowers the sum's FLOPs. Labels are compared literally
+alone and the pass's ledger says it lowers the sum's FLOPs, and when ``F1 + F2`` is no
+bigger than the largest tensor its terms read (the dressed ladder is v⁴, as ``g_vvvv``).
+Memory: the dressing and ``F1 + F2`` are new intermediates of that size, which the
+undressed forest does not hold (ccsd_cs: a v⁴ pair); ``without_blocks()`` in
+:mod:`sq_jax.forest.factor` builds without blocks. Labels are compared literally
 after renaming each pulled factor's summed labels in slot order (as the pass does), so
 ``F1 + F2`` is well formed: both have the same free labels, checked.
 
@@ -157,6 +161,14 @@ def find_blocks(
         if _free_labels(f2) != frozenset(f1.indices) or len(set(f1.indices)) != len(f1.indices):
             continue
         labels = f1.indices
+        largest_input = max(
+            mode_size(f.indices, spaces)
+            for k in mine | set(others)
+            for f in plain[k].factors
+            if isinstance(f, Tensor)
+        )
+        if mode_size(labels, spaces) > largest_input:
+            continue  # the dressed F1 + F2 would be bigger than any tensor its terms read
         w_root, w_values = _price(f2, labels, spaces, optimize)
         dressed = sum_node(leaf_node(f1), Fraction(1), w_root, ratio, labels)
         chain = members[0].root

@@ -83,9 +83,34 @@ from .canon import leaf_node, product_node, scalar_node, sum_node
 from .cost import contraction_flops, mode_size, node_flops
 from .nodes import EvalNode
 
-__all__ = ["GroupSharing", "factor_terms", "sharing_groups", "unfactored"]
+__all__ = ["GroupSharing", "factor_terms", "sharing_groups", "unfactored", "without_blocks"]
 
 _ENABLED: ContextVar[bool] = ContextVar("sq_jax_factoring", default=True)
+_BLOCKS: ContextVar[bool] = ContextVar("sq_jax_bilinear_blocks", default=True)
+
+
+@contextmanager
+def without_blocks() -> Iterator[None]:
+    """Within this block, sums form no bilinear blocks (:mod:`sq_jax.forest._bilinear`).
+
+    Why: a block trades memory for FLOPs — closed-shell CCSD's dressed ladder
+    ``g_vvvv − 2 t1·g_vvvo`` is a v⁴ intermediate (and its dressing another), where the
+    undressed forest keeps o³v-sized ones; this gives the lean forest back.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> from sq_jax.cc.equations import load_equations
+        >>> eqs, spaces = sq.parse(load_equations("ccsd_cs")), sq.Spaces(i=21, a=93)
+        >>> with without_blocks():
+        ...     lean = sq.build_forest(eqs, spaces)
+        >>> sq.build_forest(eqs, spaces).flops < lean.flops
+        True
+    """
+    token = _BLOCKS.set(False)
+    try:
+        yield
+    finally:
+        _BLOCKS.reset(token)
 
 
 class GroupSharing:
@@ -227,7 +252,7 @@ def factor_terms(
     blocks: list[Block] = []
     taken: set[int] = set()
     found: list[Block] = []
-    if sharing is None or sharing.blocks:
+    if _BLOCKS.get() and (sharing is None or sharing.blocks):
         base = _base(plain, result)
         found = find_blocks(
             plain, groups, result, spaces, optimize, base, ledger.group_worth(result)
