@@ -183,6 +183,50 @@ def test_random_shared_sums_equal_direct_evaluation(eq, extents):
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
+@st.composite
+def bilinear_sums(draw):
+    """R{a1;i1} = Σ_j c_j (F1 + r F2)·R_j expanded (partners sometimes dropped or rescaled)."""
+    rests = draw(st.lists(st.sampled_from(["t", "tx", "u"]), min_size=2, max_size=3, unique=True))
+    f2_kind = draw(st.sampled_from(["hs", "hk"]))
+    ratio = Fraction(draw(st.sampled_from([-2, -1, 1, 3])))
+    terms = []
+    for rest_kind in rests:
+        coef = Fraction(draw(st.integers(-3, 3)) or 1)
+        for dressed in (False, True):
+            n = 10 + 10 * len(terms)
+            d, c, e, m = Index("a", n), Index("a", n + 1), Index("i", n + 2), Index("i", n + 3)
+            if dressed and f2_kind == "hs":
+                outer = (Tensor("h", (A1,), (d,), (e,)), Tensor("s", (e,), ()))
+            elif dressed:
+                outer = (Tensor("h", (A1,), (c,)), Tensor("k", (c,), (d,)))
+                c = Index("a", n + 4)
+            else:
+                outer = (Tensor("g", (A1,), (d,)),)
+            if rest_kind == "tx":
+                rest = (Tensor("t", (d, c), (I1, m)), Tensor("x", (c,), (m,)))
+            else:
+                rest = (Tensor(rest_kind, (d,), (I1,)),)
+            scale = ratio if dressed else Fraction(1)
+            if dressed and draw(st.integers(0, 7)) == 0:
+                scale += 1 if scale != -1 else 2  # a partner off the ratio: no block here
+            factors = outer + rest
+            order = draw(st.permutations(range(len(factors))))
+            terms.append(Product(scale * coef, tuple(factors[k] for k in order)))
+    return Equation(Tensor("R", (A1,), (I1,)), Sum(tuple(terms)))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(eq=bilinear_sums(), extents=st.tuples(st.integers(1, 6), st.integers(2, 9)))
+def test_random_bilinear_sums_equal_direct_evaluation(eq, extents):
+    spaces = sq.Spaces(i=extents[0], a=extents[1])
+    flat, factored = both_forests([eq], spaces)
+    assert factored.flops <= flat.flops
+    bank: dict = {}
+    want = evaluate_direct(eq, spaces, bank, {})
+    got = evaluate_roots(factored, bank, {})["R"]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("name", ["ccsd_cs", "ccsd_so"])
 def test_permuted_sum_grouping_still_applies_to_factored_terms(name):
     from test_permsum import sum_reads, ungrouped
@@ -239,12 +283,18 @@ def test_a_value_another_sum_builds_is_shared():
     assert shared.factors[0].label == "t" and len(again.chosen) == 1
 
 
-def test_bilinear_block_dresses_the_shared_factor():
-    # g·(t + t2 x) and (h s)·(t + t2 x): one (g − h s)·(t + t2 x) instead of two contractions
-    text = (
+@pytest.mark.parametrize(
+    "text",
+    [
         "R{a1;i1} = g{a1;a2} t{a2,a3;i1,i2} x{a3;i2} + g{a1;a2} t{a2;i1}"
-        " - h{a1;a2;i3} s{i3} t{a2,a3;i1,i2} x{a3;i2} - h{a1;a2;i3} s{i3} t{a2;i1}"
-    )
+        " - h{a1;a2;i3} s{i3} t{a2,a3;i1,i2} x{a3;i2} - h{a1;a2;i3} s{i3} t{a2;i1}",
+        # the same sum with every term's dummies named apart (rests matched up to them)
+        "R{a1;i1} = g{a1;a2} t{a2,a3;i1,i2} x{a3;i2} + g{a1;a4} t{a4;i1}"
+        " - h{a1;a5;i3} s{i3} t{a5,a6;i1,i6} x{a6;i6} - h{a1;a7;i7} s{i7} t{a7;i1}",
+    ],
+)
+def test_bilinear_block_dresses_the_shared_factor(text):
+    # g·(t + t2 x) and (h s)·(t + t2 x): one (g − h s)·(t + t2 x) instead of two contractions
     eqs = sq.parse(text)
     spaces = sq.Spaces(i=8, a=9)
     flat, factored = both_forests(eqs, spaces)

@@ -90,6 +90,28 @@ def _pull_set(
     return pulled, rest, inner
 
 
+def _canonical(rest: tuple[Factor, ...], inner: tuple[Index, ...], base: int) -> tuple:
+    """``rest`` with its own summed labels renamed in order of appearance (a lookup key).
+
+    Two rests that differ only in the names of labels summed inside them (``t{a2,a3;…}
+    x{a3;…}`` and ``t{a2,a6;…} x{a6;…}``) are one value of the inner labels.
+    """
+    from .factor import _renamed
+
+    keep = set(inner)
+    rename: dict[Index, Index] = {}
+    for f in rest:
+        if isinstance(f, Tensor):
+            for ix in f.indices:
+                if ix not in keep and ix not in rename:
+                    rename[ix] = Index(ix.space, base + _INTERNAL + len(rename))
+    return tuple(_renamed(f, rename) for f in rest), frozenset(inner)
+
+
+_INTERNAL = 1000
+"""Ordinals ``base + _INTERNAL + n`` name a rest's own summed labels (above any renamed slot)."""
+
+
 def _free_labels(factors: Sequence[Factor]) -> frozenset[Index]:
     """The labels that occur once over ``factors`` (the others are summed inside)."""
     count: dict[Index, int] = {}
@@ -133,7 +155,7 @@ def find_blocks(
                 pulled = _pull_set(term.factors, chosen, result, base)
                 if pulled is not None:
                     f2, rest, inner = pulled
-                    by_rest.setdefault((rest, frozenset(inner)), []).append((k, f2))
+                    by_rest.setdefault(_canonical(rest, inner, base), []).append((k, f2))
     if not by_rest:
         return []
     blocks: list[Block] = []
@@ -144,7 +166,7 @@ def find_blocks(
         partners: dict[tuple[Factor, ...], tuple[Fraction, list[int]]] | None = None
         for opt in members:
             here: dict[tuple[Factor, ...], tuple[Fraction, list[int]]] = {}
-            for k, f2 in by_rest.get((opt.rest, frozenset(inner)), ()):
+            for k, f2 in by_rest.get(_canonical(opt.rest, inner, base), ()):
                 if k in mine or f2 in here:
                     continue
                 ratio = plain[k].coef / plain[opt.position].coef

@@ -39,6 +39,15 @@ How (greedy, priced with :mod:`sq_jax.forest.cost` on the real extents):
    batch lowers the FLOPs (:class:`_Ledger`: only a term's own result is freed; its inner
    values may be read elsewhere, even by another equation, so they are kept).
 
+Before step 4, *bilinear blocks* (:mod:`sq_jax.forest._bilinear`): a group ``F1·S`` whose
+whole inner sum ``S`` other terms carry behind one sub-product ``F2`` becomes
+``(F1 + F2)·S`` (the T1-dressed ladder of CCSD), when the ledger agrees; a block frees
+the inner values of its terms that no other term holds. Across sums, the builder builds
+twice (:class:`GroupSharing`): the second time each sum prices a group value that another
+sum chose as paid, so of two groups of equal worth it takes the one built anyway; it keeps
+the cheapest build, and one without blocks (``without_blocks()``) when a block was taken,
+as a block's freed values may be read by another equation.
+
 A group's first member keeps its place in the sum, with the first member's coefficient
 outside (so groups whose coefficients are proportional give the same inner sum), and the
 group's terms are in the order of the sum, so the permuted copies of a group (an ``Ŝ``/``Â``
@@ -52,9 +61,10 @@ Known limitations: a tensor is shared only when it is written the same way; a te
 declared symmetry is not used (``t{a1,a2;i1,i2}`` and ``t{a2,a1;i2,i1}`` differ), because
 the default annotation declares column symmetry that real inputs need not have. The greedy
 choice is not guaranteed optimal; a group is priced without the factoring that the builder
-then applies inside it; only tensors are pulled out, not a nested sum that several terms
-share (``τ = t2 + t1 t1``, once this pass has made it); the ledger sees one sum at a time,
-so it keeps every inner value of a factored term, even one that no other term reads.
+then applies inside it; a block needs a partner for every member of its group, with one
+ratio; the ledger sees one sum at a time, so it keeps every inner value of a factored term
+(blocks aside), even one that no other term reads. A zero-coefficient term next to a
+repeat of another can leave a tiny sum (extents 1–2) a few FLOPs above its flat forest.
 
 Example:
     >>> import sq_jax as sq
