@@ -88,12 +88,14 @@ from typing import Any
 from ..expr.nodes import Expr, Index, Power, Product, Sum, Tensor, Variable
 from ..expr.spaces import Spaces
 from ._bilinear import Block, find_blocks
+from ._sharing import GroupSharing, current_sharing, sharing_groups
 from .binarize import binarize
 from .canon import leaf_node, product_node, scalar_node, sum_node
 from .cost import contraction_flops, mode_size, node_flops
 from .nodes import EvalNode
 
 __all__ = ["GroupSharing", "factor_terms", "sharing_groups", "unfactored", "without_blocks"]
+# GroupSharing and sharing_groups live in ._sharing; re-exported here for the builder
 
 _ENABLED: ContextVar[bool] = ContextVar("sq_jax_factoring", default=True)
 _BLOCKS: ContextVar[bool] = ContextVar("sq_jax_bilinear_blocks", default=True)
@@ -121,60 +123,6 @@ def without_blocks() -> Iterator[None]:
         yield
     finally:
         _BLOCKS.reset(token)
-
-
-class GroupSharing:
-    """The group values each sum chose, and the ones other sums chose in an earlier build.
-
-    Why: two sums often need the same factored value (``t·(g − ½ g')`` in two CCSD ring
-    intermediates), and a sum that can factor two ways of equal worth picks one blindly; a
-    value that another sum builds anyway costs it nothing. The builder builds once while
-    recording (``free`` empty), then again with the record as ``free``: each sum prices a
-    group value that *another* sum chose as already paid, and the cheaper forest is kept.
-    """
-
-    def __init__(self, previous: GroupSharing | None = None, *, blocks: bool = True) -> None:
-        self.blocks = blocks
-        """Whether sums look for bilinear blocks (:mod:`sq_jax.forest._bilinear`)."""
-        self.blocks_taken = 0
-        self.chosen: dict[str, set[str]] = {}
-        """A sum's identity (its text digest) → the keys of the group values it chose."""
-        self._by_key: dict[str, set[str]] = {}
-        if previous is not None:
-            for call, keys in previous.chosen.items():
-                for key in keys:
-                    self._by_key.setdefault(key, set()).add(call)
-
-    def free(self, call: str) -> frozenset[str]:
-        """The group values that a sum other than ``call`` chose in the earlier build."""
-        return frozenset(k for k, calls in self._by_key.items() if calls - {call})
-
-
-_SHARING: ContextVar[GroupSharing | None] = ContextVar("sq_jax_group_sharing", default=None)
-
-
-@contextmanager
-def sharing_groups(
-    previous: GroupSharing | None = None, *, blocks: bool = True
-) -> Iterator[GroupSharing]:
-    """Within this block, sums record their groups; ``previous`` prices other sums' as paid.
-
-    ``blocks=False`` turns the bilinear blocks off (the builder compares both).
-
-    Example:
-        >>> import sq_jax as sq
-        >>> (eq,) = sq.parse("R{a1;i1} = f{a1;a2} t{a2;i1} + f{a1;a3} u{a3;i1}")
-        >>> with sharing_groups() as record:
-        ...     _ = factor_terms(eq.rhs.terms, eq.lhs.indices, sq.Spaces(i=4, a=30))
-        >>> [len(keys) for keys in record.chosen.values()]
-        [1]
-    """
-    sharing = GroupSharing(previous, blocks=blocks)
-    token = _SHARING.set(sharing)
-    try:
-        yield sharing
-    finally:
-        _SHARING.reset(token)
 
 
 @contextmanager
@@ -251,7 +199,7 @@ def factor_terms(
     if not _ENABLED.get() or len(out) < 2:
         return out
     result = tuple(result)
-    sharing = _SHARING.get()
+    sharing = current_sharing()
     plain = _plain_terms(out, result, spaces, optimize)
     call = _call_id(plain, len(out)) if sharing is not None else ""
     paid = sharing.free(call) if sharing is not None else frozenset()
