@@ -74,7 +74,7 @@ from ..expr.validate import result_read_problems
 from ._permsum import group_permuted
 from .binarize import binarize, count_labels, resolve_optimizer
 from .canon import leaf_node, scalar_node, sum_node
-from .factor import factor_terms, sharing_groups
+from .factor import factor_terms, priced_once, sharing_groups, unfactored
 from .inputs import input_names
 from .nodes import EvalNode, Forest, NodeKind, Root
 
@@ -141,7 +141,8 @@ def build_forest(
     keep = select_outputs(outputs, [eq.name for eq in eqs])
     for eq in eqs:
         _check_equation(eq, spaces)  # must run first: the builder assumes checked input
-    results = _cheapest_roots(eqs, spaces, optimize)
+    with priced_once():  # the builds below price the same products
+        results = _cheapest_roots(eqs, spaces, optimize)
     kept = tuple(root for name, root in results.items() if name in keep)
     forest = Forest(kept, spaces)
     if len(kept) == len(results):
@@ -151,12 +152,14 @@ def build_forest(
 
 
 def _cheapest_roots(eqs: Sequence[Equation], spaces: Spaces, optimize: Any) -> dict[str, Root]:
-    """The roots of the cheapest of up to three builds (FLOPs never above the plain pass's).
+    """The roots of the cheapest of up to four builds (FLOPs never above the flat forest's).
 
     1. sums record the group values they choose (:class:`~sq_jax.forest.factor.GroupSharing`);
     2. again, each sum pricing a value that another sum chose as paid;
     3. when a bilinear block was taken, once without blocks: a block frees intermediates
-       that its sum alone no longer needs, but another equation may read them.
+       that its sum alone no longer needs, but another equation may read them;
+    4. when anything was factored, once unfactored (cheap): the pass prices each sum on
+       its own, and on tiny extents the whole forest can come out a few FLOPs dearer.
     """
 
     def flops(roots: dict[str, Root]) -> int:
@@ -172,6 +175,9 @@ def _cheapest_roots(eqs: Sequence[Equation], spaces: Spaces, optimize: Any) -> d
         best = min(best, other, key=flops)
     if blocks:
         with sharing_groups(blocks=False):
+            best = min(best, _build_roots(eqs, spaces, optimize), key=flops)
+    if record.chosen:  # the pass prices one sum at a time; the whole forest may disagree
+        with unfactored():
             best = min(best, _build_roots(eqs, spaces, optimize), key=flops)
     return best
 

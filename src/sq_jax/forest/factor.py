@@ -63,8 +63,8 @@ the default annotation declares column symmetry that real inputs need not have. 
 choice is not guaranteed optimal; a group is priced without the factoring that the builder
 then applies inside it; a block needs a partner for every member of its group, with one
 ratio; the ledger sees one sum at a time, so it keeps every inner value of a factored term
-(blocks aside), even one that no other term reads. A zero-coefficient term next to a
-repeat of another can leave a tiny sum (extents 1–2) a few FLOPs above its flat forest.
+(blocks aside), even one that no other term reads; on tiny extents the pass can make a
+sum a few FLOPs dearer than flat (the builder then keeps the flat forest).
 
 Example:
     >>> import sq_jax as sq
@@ -94,11 +94,39 @@ from .canon import leaf_node, product_node, scalar_node, sum_node
 from .cost import contraction_flops, mode_size, node_flops
 from .nodes import EvalNode
 
-__all__ = ["GroupSharing", "factor_terms", "sharing_groups", "unfactored", "without_blocks"]
+__all__ = [
+    "GroupSharing",
+    "factor_terms",
+    "priced_once",
+    "sharing_groups",
+    "unfactored",
+    "without_blocks",
+]
 # GroupSharing and sharing_groups live in ._sharing; re-exported here for the builder
 
 _ENABLED: ContextVar[bool] = ContextVar("sq_jax_factoring", default=True)
 _BLOCKS: ContextVar[bool] = ContextVar("sq_jax_bilinear_blocks", default=True)
+_PRICES: ContextVar[dict | None] = ContextVar("sq_jax_factor_prices", default=None)
+
+
+@contextmanager
+def priced_once() -> Iterator[None]:
+    """Within this block, products are binarized and priced once (one forest's builds).
+
+    Example:
+        >>> import sq_jax as sq
+        >>> (eq,) = sq.parse("R{a1;i1} = f{a1;a2} t{a2;i1} + f{a1;a3} u{a3;i1}")
+        >>> with priced_once():
+        ...     once = factor_terms(eq.rhs.terms, eq.lhs.indices, sq.Spaces(i=4, a=30))
+        ...     again = factor_terms(eq.rhs.terms, eq.lhs.indices, sq.Spaces(i=4, a=30))
+        >>> once == again
+        True
+    """
+    token = _PRICES.set({})
+    try:
+        yield
+    finally:
+        _PRICES.reset(token)
 
 
 @contextmanager
@@ -266,10 +294,21 @@ def _price(
     spaces: Spaces,
     optimize: Any,
 ) -> tuple[EvalNode, dict[str, int]]:
-    """The product's binarized root and its tree's values (key → FLOPs)."""
+    """The product's binarized root and its tree's values (key → FLOPs).
+
+    Memoized within :func:`priced_once` (the builder's builds of one forest price the same
+    products; spaces and optimizer are fixed there).
+    """
+    cache = _PRICES.get()
+    memo = (tuple(factors), tuple(result))
+    if cache is not None and memo in cache:
+        return cache[memo]
     ops = [leaf_node(f) if isinstance(f, Tensor) else scalar_node(f) for f in factors]
     root = binarize(ops, result, spaces, optimize)
-    return root, _tree_values(root, spaces)
+    priced = root, _tree_values(root, spaces)
+    if cache is not None:
+        cache[memo] = priced
+    return priced
 
 
 def _plain_terms(
