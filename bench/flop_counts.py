@@ -4,6 +4,7 @@ Builds forests only (no evaluation), so it runs in seconds at any extents:
 
     python bench/flop_counts.py                      # benzene/cc-pVDZ: o=21, v=93
     python bench/flop_counts.py --o 21 --v 93 --naux 456 --classes ccsd_cs
+    python bench/flop_counts.py --without-blocks     # factored without bilinear blocks
 
 Spin-orbital sets (``*_so``) are counted at o=2·o, v=2·v. A class is the contraction's
 index ranks (``o3v3`` = three occupied and three virtual labels over both operands);
@@ -14,10 +15,11 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from contextlib import nullcontext
 
 import sq_jax as sq
 from sq_jax.cc.equations import load_equations
-from sq_jax.forest.factor import unfactored
+from sq_jax.forest.factor import unfactored, without_blocks
 from sq_jax.forest.nodes import NodeKind
 
 SETS = ("ccsd_cs", "ccd_cs", "ccsd_cs_df", "ccsd_so", "ccd_so")
@@ -47,6 +49,9 @@ def main() -> None:
     parser.add_argument("--v", type=int, default=93)
     parser.add_argument("--naux", type=int, default=456)
     parser.add_argument("--classes", nargs="*", default=[], help="sets to break down")
+    parser.add_argument(
+        "--without-blocks", action="store_true", help="factor without bilinear blocks"
+    )
     args = parser.parse_args()
     for name in SETS:
         scale = 2 if name.endswith("_so") else 1
@@ -54,7 +59,8 @@ def main() -> None:
         eqs = sq.parse(load_equations(name))
         with unfactored():
             flat = sq.build_forest(eqs, spaces)
-        factored = sq.build_forest(eqs, spaces)
+        with without_blocks() if args.without_blocks else nullcontext():
+            factored = sq.build_forest(eqs, spaces)
         ratio = factored.flops / flat.flops
         print(f"{name:11s} flat {flat.flops:.4e}  factored {factored.flops:.4e}  ({ratio:.3f}x)")
         if name in args.classes:

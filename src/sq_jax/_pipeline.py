@@ -59,6 +59,7 @@ def compile(
     mesh: Any = None,
     devices: Sequence[Any] | None = None,
     outputs: Sequence[str] | None = None,
+    dress: bool = False,
 ) -> Program:
     """Compile equations into one jit-compiled, differentiable, memory-bounded program.
 
@@ -85,6 +86,8 @@ def compile(
             default) returns every equation's result. A result read by a later equation
             and not in ``outputs`` stays internal: it is computed inside the trees that
             read it (batched and fused with them) and never materialised as an output.
+        dress: fold shared inner sums into dressed factors where that saves FLOPs, at the
+            price of larger intermediates (:func:`~sq_jax.forest.build.build_forest`).
 
     Returns:
         The :class:`~sq_jax.lower.program.Program`; call it with a dict of inputs.
@@ -110,7 +113,9 @@ def compile(
     """
     shard = make_shard_plan(mesh, devices)  # validate the mesh before any work
     eqs = parse(equations, spaces=spaces) if isinstance(equations, str) else tuple(equations)
-    forest = build_forest(eqs, spaces, outputs=outputs)  # binarize + fold common subexpressions
+    forest = build_forest(
+        eqs, spaces, outputs=outputs, dress=dress
+    )  # binarize + fold common subexpressions
     mode_order = check_mode_order(mode_order, spaces)
 
     def build(plan: BatchPlan) -> Program:

@@ -39,6 +39,15 @@ How (greedy, priced with :mod:`sq_jax.forest.cost` on the real extents):
    batch lowers the FLOPs (:class:`_Ledger`: only a term's own result is freed; its inner
    values may be read elsewhere, even by another equation, so they are kept).
 
+Before step 4, *bilinear blocks* (:mod:`sq_jax.forest._bilinear`): a group ``F1·S`` whose
+whole inner sum ``S`` other terms carry behind one sub-product ``F2`` becomes
+``(F1 + F2)·S`` (the T1-dressed ladder of CCSD), when the ledger agrees; a block frees
+the inner values of its terms that no other term holds. Across sums, the builder builds
+twice (:class:`GroupSharing`): the second time each sum prices a group value that another
+sum chose as paid, so of two groups of equal worth it takes the one built anyway; it keeps
+the cheapest build, and one without blocks (``without_blocks()``) when a block was taken,
+as a block's freed values may be read by another equation.
+
 A group's first member keeps its place in the sum, with the first member's coefficient
 outside (so groups whose coefficients are proportional give the same inner sum), and the
 group's terms are in the order of the sum, so the permuted copies of a group (an ``Ŝ``/``Â``
@@ -52,9 +61,10 @@ Known limitations: a tensor is shared only when it is written the same way; a te
 declared symmetry is not used (``t{a1,a2;i1,i2}`` and ``t{a2,a1;i2,i1}`` differ), because
 the default annotation declares column symmetry that real inputs need not have. The greedy
 choice is not guaranteed optimal; a group is priced without the factoring that the builder
-then applies inside it; only tensors are pulled out, not a nested sum that several terms
-share (``τ = t2 + t1 t1``, once this pass has made it); the ledger sees one sum at a time,
-so it keeps every inner value of a factored term, even one that no other term reads.
+then applies inside it; a block needs a partner for every member of its group, with one
+ratio; the ledger sees one sum at a time, so it keeps every inner value of a factored term
+(blocks aside), even one that no other term reads; on tiny extents the pass can make a
+sum a few FLOPs dearer than flat (the builder then keeps the flat forest).
 
 Example:
     >>> import sq_jax as sq
@@ -66,6 +76,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -76,14 +87,94 @@ from typing import Any
 
 from ..expr.nodes import Expr, Index, Power, Product, Sum, Tensor, Variable
 from ..expr.spaces import Spaces
+from ._bilinear import Block, find_blocks
+from ._sharing import GroupSharing, current_sharing, sharing_groups
 from .binarize import binarize
 from .canon import leaf_node, product_node, scalar_node, sum_node
 from .cost import contraction_flops, mode_size, node_flops
 from .nodes import EvalNode
 
-__all__ = ["factor_terms", "unfactored"]
+__all__ = [
+    "GroupSharing",
+    "factor_terms",
+    "priced_once",
+    "sharing_groups",
+    "unfactored",
+    "with_blocks",
+    "without_blocks",
+]
+# GroupSharing and sharing_groups live in ._sharing; re-exported here for the builder
 
 _ENABLED: ContextVar[bool] = ContextVar("sq_jax_factoring", default=True)
+# off by default: a block trades memory for FLOPs (build_forest(..., dress=True) asks)
+_BLOCKS: ContextVar[bool] = ContextVar("sq_jax_bilinear_blocks", default=False)
+_PRICES: ContextVar[dict | None] = ContextVar("sq_jax_factor_prices", default=None)
+
+
+@contextmanager
+def priced_once() -> Iterator[None]:
+    """Within this block, products are binarized and priced once (one forest's builds).
+
+    Example:
+        >>> import sq_jax as sq
+        >>> (eq,) = sq.parse("R{a1;i1} = f{a1;a2} t{a2;i1} + f{a1;a3} u{a3;i1}")
+        >>> with priced_once():
+        ...     once = factor_terms(eq.rhs.terms, eq.lhs.indices, sq.Spaces(i=4, a=30))
+        ...     again = factor_terms(eq.rhs.terms, eq.lhs.indices, sq.Spaces(i=4, a=30))
+        >>> once == again
+        True
+    """
+    token = _PRICES.set({})
+    try:
+        yield
+    finally:
+        _PRICES.reset(token)
+
+
+@contextmanager
+def with_blocks(enabled: bool = True) -> Iterator[None]:
+    """Within this block, sums may form bilinear blocks (``enabled``) or not.
+
+    :func:`~sq_jax.forest.build.build_forest` uses it for its ``dress=`` option.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> from sq_jax.cc.equations import load_equations
+        >>> eqs, spaces = sq.parse(load_equations("ccsd_cs")), sq.Spaces(i=21, a=93)
+        >>> with with_blocks():
+        ...     dressed = sq.build_forest(eqs, spaces)
+        >>> dressed.flops < sq.build_forest(eqs, spaces).flops
+        True
+    """
+    token = _BLOCKS.set(enabled)
+    try:
+        yield
+    finally:
+        _BLOCKS.reset(token)
+
+
+@contextmanager
+def without_blocks() -> Iterator[None]:
+    """Within this block, sums form no bilinear blocks (:mod:`sq_jax.forest._bilinear`).
+
+    Why: a block trades memory for FLOPs — closed-shell CCSD's dressed ladder
+    ``g_vvvv − 2 t1·g_vvvo`` is a v⁴ intermediate (and its dressing another), where the
+    undressed forest keeps o³v-sized ones; this gives the lean forest back.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> from sq_jax.cc.equations import load_equations
+        >>> eqs, spaces = sq.parse(load_equations("ccsd_cs")), sq.Spaces(i=21, a=93)
+        >>> with without_blocks():
+        ...     lean = sq.build_forest(eqs, spaces)
+        >>> sq.build_forest(eqs, spaces, dress=True).flops < lean.flops
+        True
+    """
+    token = _BLOCKS.set(False)
+    try:
+        yield
+    finally:
+        _BLOCKS.reset(token)
 
 
 @contextmanager
@@ -160,15 +251,44 @@ def factor_terms(
     if not _ENABLED.get() or len(out) < 2:
         return out
     result = tuple(result)
+    sharing = current_sharing()
     plain = _plain_terms(out, result, spaces, optimize)
-    groups = _groups(plain, result, spaces, optimize)
+    call = _call_id(plain, len(out)) if sharing is not None else ""
+    paid = sharing.free(call) if sharing is not None else frozenset()
+    groups = _groups(plain, result, spaces, optimize, paid)
     if not groups:
         return out
-    chosen = _Ledger(plain, spaces).select(groups, result)
-    if not chosen:
+    ledger = _Ledger(plain, spaces, paid)
+    blocks: list[Block] = []
+    taken: set[int] = set()
+    found: list[Block] = []
+    if _BLOCKS.get() and (sharing is None or sharing.blocks):
+        base = _base(plain, result)
+        found = find_blocks(
+            plain, groups, result, spaces, optimize, base, ledger.group_worth(result)
+        )
+    for worth in sorted({block.worth for block in found}, reverse=True):
+        # blocks of equal worth (the permuted copies of one) as one batch, as groups are
+        batch: list[Block] = []
+        for block in found:
+            if block.worth == worth and not taken.intersection(block.positions):
+                batch.append(block)
+                taken.update(block.positions)
+        if batch and ledger.take_blocks(batch, result):
+            blocks += batch
+        else:
+            taken.difference_update(k for block in batch for k in block.positions)
+    chosen = ledger.select(groups, result, taken)
+    if not chosen and not blocks:
         return out
-    taken = {opt.position for _, _, members in chosen for opt in members}
-    merged: dict[int, Expr] = {}
+    if sharing is not None:
+        sharing.blocks_taken += len(blocks)
+    if sharing is not None:
+        sharing.chosen.setdefault(call, set()).update(
+            _group_key(shared, members, plain, result) for shared, _, members in chosen
+        )
+    taken.update(opt.position for _, _, members in chosen for opt in members)
+    merged: dict[int, Expr] = {block.positions[0]: block.term for block in blocks}
     for shared, _, members in chosen:
         first = plain[members[0].position].coef
         inner_terms = tuple(Product(plain[opt.position].coef / first, opt.rest) for opt in members)
@@ -198,10 +318,21 @@ def _price(
     spaces: Spaces,
     optimize: Any,
 ) -> tuple[EvalNode, dict[str, int]]:
-    """The product's binarized root and its tree's values (key → FLOPs)."""
+    """The product's binarized root and its tree's values (key → FLOPs).
+
+    Memoized within :func:`priced_once` (the builder's builds of one forest price the same
+    products; spaces and optimizer are fixed there).
+    """
+    cache = _PRICES.get()
+    memo = (tuple(factors), tuple(result))
+    if cache is not None and memo in cache:
+        return cache[memo]
     ops = [leaf_node(f) if isinstance(f, Tensor) else scalar_node(f) for f in factors]
     root = binarize(ops, result, spaces, optimize)
-    return root, _tree_values(root, spaces)
+    priced = root, _tree_values(root, spaces)
+    if cache is not None:
+        cache[memo] = priced
+    return priced
 
 
 def _plain_terms(
@@ -224,15 +355,28 @@ def _plain_terms(
     return plain
 
 
+def _call_id(plain: dict[int, _Term], n_terms: int) -> str:
+    """A sum's identity across builds, label-blind (the permuted copies of a sum are one).
+
+    The digest of its product terms' value keys, sorted, and its number of terms.
+    """
+    text = "\n".join(sorted(term.top for term in plain.values())) + f"\n{n_terms}"
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
 def _worth(
     shared: Tensor,
     inner: Sequence[Index],
     members: Sequence[_Option],
     result: Sequence[Index],
     spaces: Spaces,
+    paid: bool = False,
 ) -> int:
-    """FLOPs saved by factoring ``members`` (standalone prices, module doc step 3)."""
-    once = contraction_flops((shared.indices, inner), result, spaces)
+    """FLOPs saved by factoring ``members`` (standalone prices, module doc step 3).
+
+    ``paid``: another sum builds the group's value ``F · Σ`` (:class:`GroupSharing`).
+    """
+    once = 0 if paid else contraction_flops((shared.indices, inner), result, spaces)
     fewer_adds = (len(members) - 1) * mode_size(result, spaces)  # the outer sum's
     return sum(opt.saving for opt in members) + mode_size(inner, spaces) + fewer_adds - once
 
@@ -251,26 +395,37 @@ class _Ledger:
     group value (the permuted copies of a group are one value).
     """
 
-    def __init__(self, plain: dict[int, _Term], spaces: Spaces) -> None:
-        self.plain, self.spaces = plain, spaces
+    def __init__(self, plain: dict[int, _Term], spaces: Spaces, paid: frozenset[str]) -> None:
+        self.plain, self.spaces, self.paid = plain, spaces, paid
         self.tops = Counter(term.top for term in plain.values())
         self.present: set[str] = set()
         for term in plain.values():
             self.present.update(k for k in term.values if k != term.top)
         self.pinned = frozenset(self.present)
+        self.holders: dict[str, set[int]] = {}
+        """An inner value of the flat terms → the positions of the terms whose tree has it."""
+        for k, term in plain.items():
+            for key in term.values:
+                self.holders.setdefault(key, set()).add(k)
+        self.gone: set[int] = set()
 
-    def select(self, groups: Sequence[Group], result: Sequence[Index]) -> list[Group]:
-        """The groups taken, greedily; groups of equal worth (mirror copies) as one batch."""
-        taken: set[int] = set()
+    def select(
+        self, groups: Sequence[Group], result: Sequence[Index], before: set[int]
+    ) -> list[Group]:
+        """The groups taken, greedily; groups of equal worth (mirror copies) as one batch.
+
+        ``before``: the positions already taken (by bilinear blocks).
+        """
+        taken = set(before)
         chosen: list[Group] = []
         n = 0
         while n < len(groups):
-            batch_worth = _worth(*groups[n], result, self.spaces)
+            batch_worth = self._worth(*groups[n], result)
             batch: list[Group] = []
-            while n < len(groups) and _worth(*groups[n], result, self.spaces) == batch_worth:
+            while n < len(groups) and self._worth(*groups[n], result) == batch_worth:
                 shared, inner, options = groups[n]
                 members = [opt for opt in options if opt.position not in taken]
-                if len(members) >= 2 and _worth(shared, inner, members, result, self.spaces) > 0:
+                if len(members) >= 2 and self._worth(shared, inner, members, result) > 0:
                     batch.append((shared, inner, members))
                     taken.update(opt.position for opt in members)
                 n += 1
@@ -279,6 +434,46 @@ class _Ledger:
             else:
                 taken.difference_update(opt.position for g in batch for opt in g[2])
         return chosen
+
+    def _worth(
+        self, shared: Tensor, inner: Sequence[Index], members: Sequence[_Option], result
+    ) -> int:
+        paid = bool(self.paid) and _group_key(shared, members, self.plain, result) in self.paid
+        return _worth(shared, inner, members, result, self.spaces, paid)
+
+    def group_worth(self, result: Sequence[Index]) -> Any:
+        """``(F, inner, members) → FLOPs`` a tensor group saves on its own (for blocks)."""
+        return lambda shared, inner, members: self._worth(shared, inner, members, result)
+
+    def take_blocks(self, batch: Sequence[Block], result: Sequence[Index]) -> bool:
+        """Take bilinear blocks if they lower the sum's FLOPs (and record them)."""
+        tops = Counter(self.plain[k].top for block in batch for k in block.positions)
+        freed = 0
+        for block in batch:
+            freed += (len(block.positions) - 1) * mode_size(result, self.spaces)
+        for key, count in tops.items():
+            if self.tops[key] == count and key not in self.pinned:
+                term = next(t for t in self.plain.values() if t.top == key)
+                freed += term.values[key]
+        # a block replaces whole trees (an o³v³ inside a T1 term): an inner value that no
+        # other term of the sum holds is freed too; the builder keeps the cheaper forest
+        # of a build with blocks and one without, as another equation may read it
+        leaving = self.gone | {k for block in batch for k in block.positions}
+        inner = {
+            key: f
+            for block in batch
+            for k in block.positions
+            for key, f in self.plain[k].values.items()
+            if key in self.pinned and self.holders[key] <= leaving
+        }
+        freed += sum(inner.values())
+        added = {k: f for block in batch for k, f in block.values.items() if k not in self.present}
+        if freed <= sum(added.values()):
+            return False
+        self.tops.subtract(tops)
+        self.present.update(added)
+        self.gone = leaving
+        return True
 
     def _take(self, batch: Sequence[Group], result: Sequence[Index]) -> bool:
         """Take ``batch`` if it lowers the sum's FLOPs (and record it); else change nothing."""
@@ -293,10 +488,11 @@ class _Ledger:
             freed += (len(members) - 1) * mode_size(result, self.spaces)  # outer adds
             for opt in members:
                 added.update((k, f) for k, f in opt.values.items() if k not in self.present)
+            key = _group_key(shared, members, self.plain, result)
             once = contraction_flops((shared.indices, inner), result, self.spaces)
-            added[_group_key(shared, members, self.plain, result)] = once + (
-                len(members) - 1
-            ) * mode_size(inner, self.spaces)
+            if key in self.paid:
+                once = 0  # another sum builds this value (GroupSharing)
+            added[key] = once + (len(members) - 1) * mode_size(inner, self.spaces)
         if freed <= sum(added.values()):
             return False
         self.tops.subtract(tops)
@@ -328,23 +524,17 @@ def _group_key(
 
 
 def _groups(
-    plain: dict[int, _Term], result: tuple[Index, ...], spaces: Spaces, optimize: Any
+    plain: dict[int, _Term],
+    result: tuple[Index, ...],
+    spaces: Spaces,
+    optimize: Any,
+    paid: frozenset[str] = frozenset(),
 ) -> list[tuple[Tensor, tuple[Index, ...], list[_Option]]]:
     """Every (shared tensor, inner labels) of two terms or more, most worth first.
 
     Each group lists its members that save FLOPs, in the order of the sum.
     """
-    base = 1 + max(
-        (
-            ix.ordinal
-            for term in plain.values()
-            for f in term.factors
-            if isinstance(f, Tensor)
-            for ix in f.indices
-        ),
-        default=0,
-    )
-    base = max(base, 1 + max((ix.ordinal for ix in result), default=0))
+    base = _base(plain, result)
     candidates: dict[tuple[Tensor, frozenset[Index]], list[tuple[int, int]]] = {}
     renamed: dict[tuple[int, int], tuple[Tensor, tuple, tuple[Index, ...]]] = {}
     for k, term in plain.items():
@@ -376,11 +566,24 @@ def _groups(
                 options.append(_Option(k, rest, values, saving, root))
         inner = renamed[where[0]][2]
         if len(options) >= 2:
-            worth = _worth(shared, inner, options, result, spaces)
+            key_paid = bool(paid) and _group_key(shared, options, plain, result) in paid
+            worth = _worth(shared, inner, options, result, spaces, key_paid)
             if worth > 0:
                 groups.append((worth, options[0].position, shared, inner, options))
     groups.sort(key=lambda g: (-g[0], g[1]))
     return [(shared, inner, options) for _, _, shared, inner, options in groups]
+
+
+def _base(plain: dict[int, _Term], result: tuple[Index, ...]) -> int:
+    """The first ordinal that no label of the sum uses (renamed labels start there)."""
+    on_terms = (
+        ix.ordinal
+        for term in plain.values()
+        for f in term.factors
+        if isinstance(f, Tensor)
+        for ix in f.indices
+    )
+    return 1 + max(max(on_terms, default=0), max((ix.ordinal for ix in result), default=0))
 
 
 def _pull(
