@@ -8,8 +8,6 @@ size to force cuts through their permuted sums and loops.
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
 
@@ -20,25 +18,8 @@ from sq_jax.forest.reference import evaluate_forest
 from sq_jax.lower import sums
 from sq_jax.lower.aot import compiler_options
 from sq_jax.lower.ir import Loop
+from tests.helpers.random_sums import random_sum
 from tests.helpers.schedule_corpus import random_blocks
-
-WIRINGS = (  # (first factor, second factor) of a term of R{a1,a2;i1,i2}
-    ("{x}{{a1,a2;a9}}", "{y}{{a9;i1,i2}}"),
-    ("{x}{{a2,a1;a9}}", "{y}{{a9;i2,i1}}"),
-    ("{x}{{a1;i9}}", "{y}{{i9,a2;i1,i2}}"),
-    ("{x}{{i9,a2;i1}}", "{y}{{a1;i2,i9}}"),
-)
-
-
-def random_sum(nterms: int, seed: int) -> str:
-    """R = a sum of ``nterms`` distinct two-factor products, random wiring and coefficients."""
-    rng = random.Random(seed)
-    terms = []
-    for k in range(nterms):
-        first, second = rng.choice(WIRINGS)
-        coef = rng.choice(["", "2 ", "-1/2 ", "1/4 ", "-3 "])
-        terms.append(coef + first.format(x=f"x{k}") + " " + second.format(y=f"y{k}"))
-    return "R{a1,a2;i1,i2} = " + " + ".join(terms).replace("+ -", "- ")
 
 
 def count_cuts(body) -> int:
