@@ -26,6 +26,7 @@ from jax import lax
 from ..forest.reference import scalar_value
 from ..schedule.ir import LoopId
 from .ir import Combine, Contract, Instr, Loop, Read
+from .sums import SumTerm, sum_cuts
 
 __all__ = [
     "Ctx",
@@ -126,8 +127,11 @@ def run_body(
     (default :func:`read_operand`) is how operands are cut, which :mod:`sq_jax.lower.shard`
     replaces to read a device's local shard of a sharded input.
     """
-    for ins in body:
-        if isinstance(ins, Contract):
+    cuts = sum_cuts(body)
+    for k, ins in enumerate(body):
+        if k in cuts:
+            env[ins.value_id] = _sum_piece(cuts[k], env, ctx, blocks, dtype, read)
+        elif isinstance(ins, Contract):
             ops = [read(r, env, ctx, blocks, dtype) for r in ins.operands]
             for k, p, lp in ins.masks:
                 _, size, valid_from = ctx[lp]
@@ -143,6 +147,29 @@ def run_body(
             env[ins.value_id] = terms[0] + terms[1]
         else:
             env.update(run_loop(ins, env, ctx, blocks, dtype, remat, vary, read))
+
+
+def _sum_piece(
+    terms: tuple[SumTerm, ...],
+    env: Mapping[int, Any],
+    ctx: Ctx,
+    blocks: Mapping[str, Any],
+    dtype: Any,
+    read: Any = read_operand,
+) -> Any:
+    """A cut of a long sum (:mod:`..sums`): the terms stacked, times their coefficients.
+
+    The matrix-vector product keeps XLA from fusing the whole chain of adds into one.
+    """
+    xs = []
+    for t in terms:
+        x = read(t.read, env, ctx, blocks, dtype)
+        xs.append(x if t.perm == tuple(range(len(t.perm))) else jnp.transpose(x, t.perm))
+    coefs = jnp.asarray([t.coef for t in terms], dtype)
+    stacked = jnp.stack(xs)
+    return lax.dot_general(
+        coefs, stacked, (((0,), (0,)), ((), ())), precision=lax.Precision.HIGHEST
+    )
 
 
 def merge_batches(stacked: Any, position: int) -> Any:

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 from ..schedule.ir import LoopId
 from .ir import Combine, Contract, Instr, Loop, LoweredProgram, Read
+from .sums import SumTerm, sum_cuts
 
 __all__ = ["MemoryModel", "Monomial", "memory_model"]
 
@@ -172,7 +173,9 @@ def _reads(ins: Instr) -> set[int]:
     return {r.value_id for r in ins.operands if r.input_key is None and r.scalar is None}
 
 
-def _fused_sums(body: Sequence[Instr], keep: set[int]) -> dict[int, int]:
+def _fused_sums(
+    body: Sequence[Instr], keep: set[int], cuts: Mapping[int, object]
+) -> dict[int, int]:
     """Sums XLA fuses into later sums: position -> position of the chain's last sum.
 
     XLA merges a chain of elementwise sums into one loop fusion (observed on CPU: the 124
@@ -180,7 +183,8 @@ def _fused_sums(body: Sequence[Instr], keep: set[int]) -> dict[int, int]:
     are never stored, and every product the chain adds is alive until its last add. A
     sum read only by sums of one chain is fused into it too, even when read several
     times (``Y`` read as ``Y - Y^(ab) - Y^(ij) + Y^(ab)(ij)``: XLA recomputes ``Y``'s
-    elements in each read rather than storing it).
+    elements in each read rather than storing it). A chain is cut into pieces
+    (:mod:`sq_jax.lower.sums`): each cut is stored, the sums before it fuse into it.
     """
     at = {ins.value_id: k for k, ins in enumerate(body) if not isinstance(ins, Loop)}
     readers: dict[int, list[int]] = {}
@@ -191,7 +195,7 @@ def _fused_sums(body: Sequence[Instr], keep: set[int]) -> dict[int, int]:
     out: dict[int, int] = {}
     for j in range(len(body) - 1, -1, -1):  # readers come later: resolve them first
         ins = body[j]
-        if not isinstance(ins, Combine) or ins.value_id in keep or j not in readers:
+        if not isinstance(ins, Combine) or ins.value_id in keep or j not in readers or j in cuts:
             continue
         if not all(isinstance(body[k], Combine) for k in readers[j]):
             continue
@@ -289,7 +293,8 @@ class _Walker:
         for k, ins in enumerate(body):
             for v in _reads(ins):
                 last[v] = k
-        fused = _fused_sums(body, keep)
+        cuts = sum_cuts(body)
+        fused = _fused_sums(body, keep, cuts)
         for k, root in fused.items():  # operands of a fused sum live to its chain's root
             for v in _reads(body[k]):
                 last[v] = max(last[v], root)
@@ -314,6 +319,10 @@ class _Walker:
                 live.update(self.loop(ins, here, done))
             elif k in fused:
                 live[ins.value_id] = (f"v{ins.value_id}", Counter())  # never materialised
+            elif k in cuts:
+                out = (f"v{ins.value_id}", _size(ins.dims))
+                self.emit([*here, _stacked(cuts[k], ins), out], str(ins))
+                live[ins.value_id] = out
             else:
                 out = (f"v{ins.value_id}", _size(ins.dims))
                 # an elementwise sum writes over an operand of its shape that dies here
@@ -360,6 +369,18 @@ class _Walker:
         if any(+c for _, c in after):
             self.emit([*inner, *after], f"after {name}")
         return outputs
+
+
+def _stacked(terms: Sequence[SumTerm], ins: Combine) -> _Item:
+    """The terms of a cut sum (:mod:`sq_jax.lower.sums`) stacked in one array.
+
+    A term that is transposed first is copied, but its product dies into the copy
+    (the cut is its only reader): one buffer per term either way, already counted.
+    """
+    one = _size(ins.dims)
+    stack = Counter({m: c * len(terms) for m, c in one.items()})
+    stack[((), None)] -= (len(terms) - 1) * ALIGNMENT  # one buffer: aligned once
+    return (f"stacked terms of v{ins.value_id}", stack)
 
 
 def _when_uneven(size: Counter, space: str) -> Counter:

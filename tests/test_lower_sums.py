@@ -1,0 +1,89 @@
+"""Long sums cut into pieces (sq_jax.lower.sums): same results, bounded XLA fusions.
+
+The oracle is the reference evaluator of the unfactored forest; a chain of adds longer
+than ``SUM_PIECE`` terms is cut (stacked terms times their coefficients), and the CC
+programs, whose sums are shorter, are not cut at all unless the test lowers the piece
+size to force cuts through their permuted sums and loops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sq_jax as sq
+from sq_jax.cc.equations import load_equations
+from sq_jax.forest.factor import unfactored
+from sq_jax.forest.reference import evaluate_forest
+from sq_jax.lower import sums
+from sq_jax.lower.aot import compiler_options
+from sq_jax.lower.ir import Loop
+from tests.helpers.random_sums import random_sum
+from tests.helpers.schedule_corpus import random_blocks
+
+
+def count_cuts(body) -> int:
+    return len(sums.sum_cuts(body)) + sum(
+        count_cuts(ins.body) for ins in body if isinstance(ins, Loop)
+    )
+
+
+def assert_matches_reference(prog, text, spaces, seed=0):
+    with unfactored():
+        flat = sq.build_forest(sq.parse(text), spaces)
+    blocks = random_blocks(flat, seed=seed)
+    want = evaluate_forest(flat, blocks)
+    got = prog(blocks)
+    assert got.keys() == want.keys()
+    for name, ref in want.items():
+        np.testing.assert_allclose(np.asarray(got[name]), ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("batch", [None, {"a": 2}], ids=["unbatched", "a2"])
+def test_a_320_term_random_sum_equals_the_reference(batch):
+    text, spaces = random_sum(320, seed=7), sq.Spaces(i=2, a=3)
+    prog = sq.compile(text, spaces, batch=batch)
+    assert count_cuts(prog.lowered.body) >= 320 // sums.SUM_PIECE  # the chain was cut
+    assert_matches_reference(prog, text, spaces)
+
+
+CC_SPACES = sq.Spaces({"Κ": 4}, i=2, a=3)
+
+
+@pytest.mark.parametrize("name", ["ccsd_so", "ccsd_cs", "ccsd_cs_df"])
+def test_cc_programs_are_not_cut(name):
+    for batch in (None, {"a": 2}):
+        prog = sq.compile(sq.parse(load_equations(name)), CC_SPACES, batch=batch)
+        assert count_cuts(prog.lowered.body) == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "batch"),
+    [("ccsd_so", None), ("ccsd_so", {"a": 2}), ("ccsd_cs", None), ("ccsd_cs", {"i": 1})],
+)
+def test_cc_sets_cut_into_pieces_of_three_equal_the_reference(monkeypatch, name, batch):
+    monkeypatch.setattr(sums, "SUM_PIECE", 3)
+    text = load_equations(name)
+    prog = sq.compile(sq.parse(text), CC_SPACES, batch=batch)
+    assert count_cuts(prog.lowered.body) > 0
+    assert_matches_reference(prog, text, CC_SPACES, seed=3)
+
+
+def test_memory_model_prices_the_stacked_pieces(monkeypatch):
+    text, spaces = random_sum(150, seed=1), sq.Spaces(i=6, a=10)
+
+    def predicted_and_xla():
+        prog = sq.compile(text, spaces)
+        with unfactored():
+            flat = sq.build_forest(sq.parse(text), spaces)
+        inputs = random_blocks(flat, seed=0)
+        exe = prog.jitted.lower(inputs).compile(compiler_options())
+        stats = exe.memory_analysis()
+        return prog.memory_bytes, stats.temp_size_in_bytes + stats.output_size_in_bytes
+
+    model, xla = predicted_and_xla()
+    assert 0.95 <= model / xla <= 1.05, (model, xla)
+    monkeypatch.setattr(sums, "SUM_PIECE", 10**6)  # one fused chain: every product alive
+    model_uncut, xla_uncut = predicted_and_xla()
+    assert 0.95 <= model_uncut / xla_uncut <= 1.05, (model_uncut, xla_uncut)
+    assert model < model_uncut and xla < xla_uncut
