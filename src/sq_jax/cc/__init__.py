@@ -17,3 +17,8 @@ from .implicit import ImplicitEnergy as ImplicitEnergy
 from .implicit import converged_energy as converged_energy
 from .implicit import implicit_energy as implicit_energy
 from .sequant_files import load_sequant_system as load_sequant_system
+from .lambda_ import rdm1 as rdm1
+from .lambda_ import solve_lambda as solve_lambda
+from .eom import EOMResult as EOMResult
+from .eom import eom_ee as eom_ee
+from .eom import excitation_energy_derivative as excitation_energy_derivative

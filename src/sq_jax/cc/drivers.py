@@ -66,6 +66,9 @@ class CCRun:
         energy_program: the compiled energy program.
         nocc: occupied orbitals (spin-orbitals for spin-orbital runs).
         nvirt: virtual orbitals.
+        integrals: the integral arrays the programs read, keyed by input name (``"f"``,
+            ``"g"``, or block keys), so that Λ, densities and EOM can re-evaluate the
+            residual at the converged amplitudes.
     """
 
     method: str
@@ -76,6 +79,7 @@ class CCRun:
     energy_program: Program
     nocc: int
     nvirt: int
+    integrals: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def e_corr(self) -> float:
@@ -324,6 +328,7 @@ def solve_cc(
         energy_program,
         ints.nocc,
         ints.nvirt,
+        integrals,
     )
 
 
