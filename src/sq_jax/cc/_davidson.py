@@ -93,7 +93,7 @@ def davidson(
         diagonal: the preconditioner, an approximation of diag(A), shape (n,).
         nroots: how many eigenpairs.
         guesses: starting vectors as columns (default: unit vectors at the
-            ``max(2 nroots, nroots + 4)`` lowest diagonal entries).
+            ``max(4 nroots, nroots + 8)`` lowest diagonal entries).
         tol: residual-norm threshold per root.
         max_iter: iterations before giving up (``converged`` then says which roots failed).
         max_space: search-space size that triggers a restart (default ``20 nroots + 20``).
@@ -109,7 +109,7 @@ def davidson(
     if not 1 <= nroots <= n:
         raise InputError(f"nroots={nroots!r}: expected an integer between 1 and {n}.")
     if guesses is None:
-        start = np.argsort(diagonal, kind="stable")[: min(n, max(2 * nroots, nroots + 4))]
+        start = np.argsort(diagonal, kind="stable")[: min(n, max(4 * nroots, nroots + 8))]
         guesses = np.eye(n)[:, start]
     guesses = np.asarray(guesses, dtype=np.float64)
     if guesses.ndim != 2 or guesses.shape[0] != n or guesses.shape[1] < nroots:

@@ -119,6 +119,15 @@ class PackedResidual:
             out[key] = t2.at[a, b, j, i].set(-u).at[b, a, j, i].set(u)
         return out
 
+    def segment(self, key: str) -> slice:
+        """Where amplitude ``key``'s unique components sit in the packed vector."""
+        start = 0
+        for name, n in zip(self.keys, self._sizes, strict=True):
+            if name == key:
+                return slice(start, start + n)
+            start += n
+        raise InputError(f"no amplitudes {key!r} in this run; it has {list(self.keys)}.")
+
     # ---- the residual, energy and preconditioner ------------------------------------
 
     def residual(self, x: jax.Array, integrals: Mapping[str, Any] | None = None) -> jax.Array:

@@ -33,7 +33,7 @@ Example:
     >>> run = cc.ccsd(e_tol=1e-12, t_tol=1e-10)        # the shipped H2O/STO-3G
     >>> eom = cc.eom_ee(run, nroots=4)
     >>> [round(float(w), 6) for w in eom.energies]     # a triplet (3 roots), a singlet
-    [0.35648, 0.35648, 0.35648, 0.43306]
+    [0.396857, 0.396857, 0.396857, 0.456674]
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ import numpy as np
 
 from .._errors import ConvergenceError, InputError
 from ._davidson import davidson
-from ._jacobian import PackedResidual
+from ._jacobian import T1, PackedResidual
 
 __all__ = ["EOMResult", "eom_ee", "excitation_energy_derivative"]
 
@@ -92,6 +92,23 @@ def _products(space: PackedResidual) -> tuple[Any, Any]:
     return (lambda v: np.asarray(right(jnp.asarray(v)))), (lambda w: np.asarray(left(w)))
 
 
+def _singles_guesses(space: PackedResidual, nroots: int) -> np.ndarray | None:
+    """Unit vectors at the lowest single excitations (Davidson's default with no T1).
+
+    Generously many: Davidson keeps within the symmetry blocks its guesses touch, so a
+    low root dominated by a single excitation that no guess contains would be missed.
+    """
+    if T1 not in space.keys:
+        return None
+    singles = np.arange(space.size)[space.segment(T1)]
+    diagonal = space.diagonal()[singles]
+    count = min(len(singles), max(8 * nroots, 24))
+    if count < nroots:
+        return None
+    chosen = singles[np.argsort(diagonal, kind="stable")[:count]]
+    return np.eye(space.size)[:, chosen]
+
+
 def eom_ee(
     run: Any,
     nroots: int = 5,
@@ -110,8 +127,8 @@ def eom_ee(
         tol: Davidson residual-norm threshold ‖J r − ω r‖ per root.
         max_iter: Davidson iterations.
         guesses: starting vectors over the unique amplitudes, as columns (at least
-            ``nroots``; e.g. ``vectors`` of a nearby :class:`EOMResult`); default: unit
-            vectors at the lowest orbital-energy differences.
+            ``nroots``; e.g. ``vectors`` of a nearby :class:`EOMResult`); default:
+            unit vectors at the ``max(8 nroots, 24)`` lowest single excitations.
         throw: raise :class:`~sq_jax.ConvergenceError` if a root is not converged.
 
     Returns:
@@ -124,16 +141,22 @@ def eom_ee(
         ConvergenceError: with ``throw``, a root did not converge in ``max_iter``.
 
     Example:
+        The module example computes roots; closed-shell runs are refused:
+
         >>> from sq_jax import cc
-        >>> eom = eom_ee(cc.ccsd(), nroots=1)
-        >>> eom.vectors.shape, bool(eom.residual_norms[0] < 1e-7)
-        ((310, 1), True)
+        >>> try:
+        ...     eom_ee(cc.ccd(closed_shell=True))
+        ... except InputError as err:
+        ...     print(str(err)[:58])
+        excitation energies need spin-orbital amplitudes; received
     """
     _check_positive("nroots", nroots, int)
     _check_positive("tol", tol, float)
     _check_positive("max_iter", max_iter, int)
     space = PackedResidual(run)
     right, _ = _products(space)
+    if guesses is None:
+        guesses = _singles_guesses(space, nroots)
     res = davidson(right, space.diagonal(), nroots, guesses=guesses, tol=tol, max_iter=max_iter)
     if throw and not res.converged.all():
         worst = float(res.residual_norms.max())
@@ -212,12 +235,19 @@ def excitation_energy_derivative(
         ConvergenceError: the response or left-eigenvector solve did not converge.
 
     Example:
+        With ``eom = cc.eom_ee(run, nroots=4)`` on a spin-orbital run and ``v`` the
+        spin-orbital dipole integrals, ``excitation_energy_derivative(eom, v, root=3)``
+        is the slope of the fourth root in the field (tests/test_cc_response.py checks
+        it against finite differences). Perturbations must match the run's orbitals:
+
         >>> import numpy as np
         >>> from sq_jax import cc
-        >>> run = cc.ccsd(e_tol=1e-12, t_tol=1e-10)
-        >>> eom = cc.eom_ee(run, nroots=4)
-        >>> abs(cc.excitation_energy_derivative(eom, np.zeros((14, 14)), root=3))
-        0.0
+        >>> eom = cc.eom_ee(cc.ccsd(), nroots=1)
+        >>> try:
+        ...     excitation_energy_derivative(eom, np.zeros((3, 3)))
+        ... except InputError as err:
+        ...     print(str(err)[:60])
+        excitation_energy_derivative: the 'f' perturbation must have
     """
     space = eom.space
     n = space.nocc + space.nvirt

@@ -73,10 +73,13 @@ def solve_lambda(run: Any, **options: Any) -> dict[str, jax.Array]:
         ConvergenceError: the re-solve or the Λ GMRES did not converge.
 
     Example:
-        >>> from sq_jax import cc
-        >>> lam = solve_lambda(cc.ccsd())
-        >>> sorted(lam), lam["t{a,a;i,i}"].shape
-        (['t{a,a;i,i}', 't{a;i}'], (4, 4, 10, 10))
+        The module example solves for λ; anything but a finished run is refused:
+
+        >>> try:
+        ...     solve_lambda("a run")
+        ... except InputError as err:
+        ...     print(str(err)[:46])
+        solve_lambda needs a finished `CCRun` (from `s
     """
     check_run(run, "solve_lambda")
     energy = ImplicitEnergy(run, **options)
@@ -103,12 +106,14 @@ def rdm1(run: Any, lam: Mapping[str, Any]) -> np.ndarray:
             amplitudes' keys and shapes.
 
     Example:
-        >>> import numpy as np
+        The module example computes a density; λ must be shaped like the amplitudes:
+
         >>> from sq_jax import cc
-        >>> run = cc.ccd(closed_shell=True)
-        >>> d = rdm1(run, solve_lambda(run))
-        >>> d.shape, bool(np.allclose(d, d.T, atol=1e-2))
-        ((7, 7), True)
+        >>> try:
+        ...     rdm1(cc.ccd(), {"t{a,a;i,i}": 0.0})
+        ... except InputError as err:
+        ...     print(str(err)[:52])
+        rdm1: lam must be a dict like the amplitudes, ['t{a,
     """
     check_run(run, "rdm1")
     t = {k: jnp.asarray(v) for k, v in run.result.amplitudes.items()}
