@@ -121,7 +121,9 @@ def davidson(
     space = _orthonormal_add(np.zeros((n, 0)), list(guesses.T))
     products = np.column_stack([matvec(v) for v in space.T])
     matvecs = space.shape[1]
-    for iteration in range(1, max_iter + 1):
+    iterations = 0
+    while True:
+        iterations += 1
         theta, y = _lowest(space.T @ products, nroots)
         x, ax = space @ y, products @ y
         scale = np.linalg.norm(x, axis=0)
@@ -129,7 +131,7 @@ def davidson(
         residuals = ax - x * theta
         norms = np.linalg.norm(residuals, axis=0)
         done = norms < tol
-        if done.all():
+        if done.all() or iterations == max_iter:
             break
         corrections = []
         for k in np.flatnonzero(~done):
@@ -147,4 +149,4 @@ def davidson(
         added = [matvec(v) for v in space[:, old:].T]
         products = np.column_stack([products, *added])
         matvecs += len(added)
-    return DavidsonResult(theta, x, norms, done, iteration, matvecs)
+    return DavidsonResult(theta, x, norms, done, iterations, matvecs)

@@ -38,6 +38,8 @@ from ..forest.inputs import input_specs
 
 T1, T2 = "t{a;i}", "t{a,a;i,i}"
 _RESIDUAL_OF = {"R1": T1, "R2": T2}
+# (id(program), nocc, nvirt, keys) -> (program, J·v, Jᵀ·w); see PackedResidual.products.
+_PRODUCTS: dict[tuple, tuple[Any, Any, Any]] = {}
 
 
 def check_run(run: Any, what: str) -> None:
@@ -133,16 +135,29 @@ class PackedResidual:
     def residual(self, x: jax.Array, integrals: Mapping[str, Any] | None = None) -> jax.Array:
         """R_p(x): the packed residual at packed amplitudes ``x`` (run's integrals default)."""
         ints = self.integrals if integrals is None else {**self.integrals, **integrals}
+        return self._residual(x, ints)
+
+    def _residual(self, x: jax.Array, ints: Mapping[str, Any]) -> jax.Array:
         reads = self._reads(self._program)
         out = self._program({**{k: v for k, v in ints.items() if k in reads}, **self.unpack(x)})
         return self.pack({_RESIDUAL_OF[k]: v for k, v in out.items()})
 
-    def energy(self, x: jax.Array, integrals: Mapping[str, Any] | None = None) -> jax.Array:
-        """The correlation energy at packed amplitudes ``x``."""
-        ints = self.integrals if integrals is None else {**self.integrals, **integrals}
-        reads = self._reads(self._energy_program)
-        inputs = {k: v for k, v in {**ints, **self.unpack(x)}.items() if k in reads}
-        return self._energy_program(inputs)["E"]
+    def products(self) -> tuple[Any, Any]:
+        """Jitted ``(x, ints, v) -> J(x) v`` and ``(x, ints, w) -> J(x)ᵀ w``.
+
+        Shared by every run of the same compiled residual program and orbital counts
+        (a run at shifted integrals, say), so each compiles once.
+        """
+        key = (id(self._program), self.nocc, self.nvirt, self.keys)
+        hit = _PRODUCTS.get(key)
+        if hit is None or hit[0] is not self._program:
+            f = self._residual
+            right = jax.jit(lambda x, ints, v: jax.jvp(lambda y: f(y, ints), (x,), (v,))[1])
+            left = jax.jit(lambda x, ints, w: jax.vjp(lambda y: f(y, ints), x)[1](w)[0])
+            while len(_PRODUCTS) >= 8:  # a small cache: drop the oldest
+                _PRODUCTS.pop(next(iter(_PRODUCTS)))
+            _PRODUCTS[key] = hit = (self._program, right, left)
+        return hit[1], hit[2]
 
     @staticmethod
     def _reads(program: Any) -> frozenset[str]:

@@ -39,7 +39,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -85,11 +85,13 @@ def _check_positive(name: str, value: Any, kind: type) -> None:
 
 
 def _products(space: PackedResidual) -> tuple[Any, Any]:
-    """Jitted J·v and Jᵀ·w at the run's converged amplitudes."""
-    x0 = space.pack(space.amplitudes)
-    right = jax.jit(lambda v: jax.jvp(space.residual, (x0,), (v,))[1])
-    left = jax.jit(lambda w: jax.vjp(space.residual, x0)[1](w)[0])
-    return (lambda v: np.asarray(right(jnp.asarray(v)))), (lambda w: np.asarray(left(w)))
+    """J·v and Jᵀ·w at the run's converged amplitudes, on host vectors."""
+    x0, ints = space.pack(space.amplitudes), space.integrals
+    right, left = space.products()
+    return (
+        lambda v: np.asarray(right(x0, ints, jnp.asarray(v))),
+        lambda w: np.asarray(left(x0, ints, jnp.asarray(w))),
+    )
 
 
 def _singles_guesses(space: PackedResidual, nroots: int) -> np.ndarray | None:
@@ -167,7 +169,9 @@ def eom_ee(
             iterations=res.iterations,
             residual_norm=worst,
         )
-    return EOMResult(res.values, res.vectors, res.residual_norms, res.iterations, res.matvecs, space)
+    return EOMResult(
+        res.values, res.vectors, res.residual_norms, res.iterations, res.matvecs, space
+    )
 
 
 def _amplitude_response(space: PackedResidual, x0: jax.Array, primal: dict, tangent: dict):
@@ -205,10 +209,10 @@ def excitation_energy_derivative(
     dfock: Any,
     *,
     deri: Any = None,
-    root: int = 0,
+    root: int | Sequence[int] = 0,
     degeneracy_tol: float = 1e-6,
     tol: float = 1e-7,
-) -> float:
+) -> float | np.ndarray:
     """dω/dε of an excitation energy for integrals f + ε·dfock (and g + ε·deri).
 
     Orbitals are held fixed (as for a finite field added to the Fock matrix of the
@@ -220,17 +224,18 @@ def excitation_energy_derivative(
             e.g. dipole integrals for a field.
         deri: an optional two-electron perturbation ⟨pq‖rs⟩, (n,)*4 (runs on full
             integrals only).
-        root: which root of ``eom``; a degenerate root is differentiated with its
+        root: which root of ``eom``, or a sequence of roots (they share the one
+            amplitude-response solve); a degenerate root is differentiated with its
             cluster (roots within ``degeneracy_tol``), ordered as the roots at small
             ε > 0 are.
         degeneracy_tol: roots closer than this (Eh) form one degenerate cluster.
         tol: residual-norm threshold of the left-eigenvector Davidson solve.
 
     Returns:
-        dω/dε at ε = 0, in Eh per unit ε.
+        dω/dε at ε = 0, in Eh per unit ε (an array, one per root, for a sequence).
 
     Raises:
-        InputError: a perturbation of the wrong shape, ``root`` out of range, or a
+        InputError: a perturbation of the wrong shape, a root out of range, or a
             degenerate cluster that reaches past the roots ``eom`` holds.
         ConvergenceError: the response or left-eigenvector solve did not converge.
 
@@ -263,14 +268,15 @@ def excitation_energy_derivative(
                 f"{value.shape}, run integrals {sorted(space.integrals)}."
             )
     energies = np.asarray(eom.energies)
-    if not (isinstance(root, int) and 0 <= root < len(energies)):
-        raise InputError(f"root={root!r}: expected an integer in [0, {len(energies)}).")
-    cluster = np.flatnonzero(np.abs(energies - energies[root]) < degeneracy_tol)
+    roots = [root] if isinstance(root, int) and not isinstance(root, bool) else list(root)
+    for k in roots:
+        if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 0 <= k < len(energies):
+            raise InputError(f"root={k!r}: expected an integer in [0, {len(energies)}).")
+    clusters = [np.flatnonzero(np.abs(energies - energies[k]) < degeneracy_tol) for k in roots]
     x0 = space.pack(space.amplitudes)
     primal = {k: jnp.asarray(space.integrals[k]) for k in tangent}
     dt = _amplitude_response(space, x0, primal, tangent)
-    left = _left_vectors(eom, cluster, degeneracy_tol, tol)
-    right = eom.vectors[:, cluster]
+    left = _left_vectors(eom, clusters, degeneracy_tol, tol)
 
     @jax.jit
     def dj_times(r):  # d/dε [J(t(ε), θ + ε dθ) r]
@@ -279,20 +285,25 @@ def excitation_energy_derivative(
 
         return jax.jvp(j_times, (x0, primal), (dt, tangent))[1]
 
-    dj_r = np.column_stack([np.asarray(dj_times(jnp.asarray(r))) for r in right.T])
-    coupling = np.linalg.solve(left.T @ right, left.T @ dj_r)
-    slopes = np.sort(np.linalg.eigvals(coupling).real)
-    return float(slopes[int(np.searchsorted(cluster, root))])
+    slopes = []
+    for k, cluster, lvec in zip(roots, clusters, left, strict=True):
+        right = eom.vectors[:, cluster]
+        dj_r = np.column_stack([np.asarray(dj_times(jnp.asarray(r))) for r in right.T])
+        coupling = np.linalg.solve(lvec.T @ right, lvec.T @ dj_r)
+        ordered = np.sort(np.linalg.eigvals(coupling).real)
+        slopes.append(float(ordered[int(np.searchsorted(cluster, k))]))
+    return slopes[0] if isinstance(root, int) else np.asarray(slopes)
 
 
 def _left_vectors(
-    eom: EOMResult, cluster: np.ndarray, degeneracy_tol: float, tol: float
-) -> np.ndarray:
-    """Left eigenvectors (Jᵀ l = ω l) spanning the cluster's left invariant subspace."""
+    eom: EOMResult, clusters: list[np.ndarray], degeneracy_tol: float, tol: float
+) -> list[np.ndarray]:
+    """Per cluster, left eigenvectors (Jᵀ l = ω l) spanning its left invariant subspace."""
     space = eom.space
     _, left_product = _products(space)
     diagonal = space.diagonal()
-    nleft = min(int(cluster[-1]) + 2, space.size)  # one more root: is the cluster whole?
+    last = max(int(c[-1]) for c in clusters)
+    nleft = min(last + 2, space.size)  # one root more: is the last cluster whole?
     extra = np.eye(space.size)[:, np.argsort(diagonal, kind="stable")[:2]]
     guesses = np.column_stack([eom.vectors, extra])
     res = davidson(left_product, diagonal, nleft, guesses=guesses, tol=tol)
@@ -303,12 +314,15 @@ def _left_vectors(
             iterations=res.iterations,
             residual_norm=float(res.residual_norms.max()),
         )
-    omega = eom.energies[cluster[0]]
-    members = np.flatnonzero(np.abs(res.values - omega) < degeneracy_tol)
-    if len(members) != len(cluster):
-        raise InputError(
-            f"the root at {omega:.8f} Eh is {len(members)}-fold degenerate but the EOM "
-            f"result holds {len(cluster)} of its components; rerun eom_ee with nroots ≥ "
-            f"{int(cluster[0]) + len(members)} so the whole cluster is differentiated."
-        )
-    return res.vectors[:, members]
+    out = []
+    for cluster in clusters:
+        omega = eom.energies[cluster[0]]
+        members = np.flatnonzero(np.abs(res.values - omega) < degeneracy_tol)
+        if len(members) != len(cluster):
+            raise InputError(
+                f"the root at {omega:.8f} Eh is {len(members)}-fold degenerate but the EOM "
+                f"result holds {len(cluster)} of its components; rerun eom_ee with nroots "
+                f"≥ {int(cluster[0]) + len(members)} so the whole cluster is differentiated."
+            )
+        out.append(res.vectors[:, members])
+    return out
