@@ -57,10 +57,11 @@ def solve_lambda(run: Any, **options: Any) -> dict[str, jax.Array]:
     """The Λ amplitudes of a converged run: the solution of Jᵀ λ = −∂E/∂t.
 
     Args:
-        run: a :class:`~sq_jax.cc.drivers.CCRun` (full integrals, not ``df=True``).
-        **options: as for :func:`~sq_jax.cc.implicit.implicit_energy` (``adjoint_tol``,
-            ``gmres_restart``, ``gmres_max_steps``, and the tolerances of the forward
-            re-solve that tightens the run's amplitudes first: ``e_tol``, ``t_tol``).
+        run: a converged :class:`~sq_jax.cc.drivers.CCRun` (full integrals, not
+            ``df=True``); λ is solved at its amplitudes, so converge it as tightly as
+            λ is wanted.
+        **options: as for :func:`~sq_jax.cc.implicit.implicit_energy`: ``adjoint_tol``,
+            ``gmres_restart``, ``gmres_max_steps``, ``throw``.
 
     Returns:
         λ keyed like the amplitudes (``t{a;i}``: λ1[a, i]; ``t{a,a;i,i}``:
@@ -70,7 +71,7 @@ def solve_lambda(run: Any, **options: Any) -> dict[str, jax.Array]:
     Raises:
         InputError: ``run`` is not a finished run with its integrals, or its equations
             read density-fitted factors instead of ``g``.
-        ConvergenceError: the re-solve or the Λ GMRES did not converge.
+        ConvergenceError: the Λ GMRES did not converge.
 
     Example:
         The module example solves for λ; anything but a finished run is refused:
@@ -83,7 +84,7 @@ def solve_lambda(run: Any, **options: Any) -> dict[str, jax.Array]:
     """
     check_run(run, "solve_lambda")
     energy = ImplicitEnergy(run, **options)
-    return energy.multipliers(run.integrals["f"], run.integrals["g"])
+    return energy.multipliers(run.integrals["f"], run.integrals["g"], run.result.amplitudes)
 
 
 def rdm1(run: Any, lam: Mapping[str, Any]) -> np.ndarray:
