@@ -79,7 +79,9 @@ class CCRun:
     energy_program: Program
     nocc: int
     nvirt: int
-    integrals: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    integrals: Mapping[str, Any] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @property
     def e_corr(self) -> float:
