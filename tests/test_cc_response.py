@@ -154,6 +154,9 @@ def test_bad_input_is_refused(h2o_sto3g):
     *_, run, eom = h2o_sto3g
     with pytest.raises(InputError, match="nroots=0"):
         cc.eom_ee(run, nroots=0)
+    stopped = dataclasses.replace(run.result, converged=False)
+    with pytest.raises(InputError, match="needs converged amplitudes"):
+        cc.eom_ee(dataclasses.replace(run, result=stopped))
     with pytest.raises(InputError, match="closed-shell"):
         cc.eom_ee(dataclasses.replace(run, closed_shell=True))
     with pytest.raises(InputError, match="lam must be a dict"):

@@ -1,4 +1,4 @@
-"""A small Davidson solver for the lowest eigenvalues of a non-symmetric matrix.
+"""A small Davidson solver for the lowest eigenvalues of a non-symmetric matrix, and GMRES.
 
 The matrix A is known only through ``matvec(v) -> A v`` and an approximation of its
 diagonal. Each iteration projects A onto an orthonormal search space V (H = Vᵀ A V),
@@ -10,7 +10,11 @@ current Ritz vectors. A pair is converged when ‖A x − θ x‖ < ``tol`` with
 Complex Ritz pairs (possible for a non-symmetric A) are taken by their real parts; the
 CC Jacobians this serves have real low-lying spectra.
 
+:func:`gmres` solves a linear system with the same kind of operator (host loop, jitted
+products, nothing to compile beyond them).
+
 References:
+    Y. Saad and M. H. Schultz, SIAM J. Sci. Stat. Comput. 7, 856 (1986) — GMRES.
     E. R. Davidson, J. Comput. Phys. 17, 87 (1975). K. Hirao and H. Nakatsuji,
     J. Comput. Phys. 45, 246 (1982) — the non-symmetric generalization.
 

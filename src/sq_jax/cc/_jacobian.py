@@ -50,6 +50,12 @@ def check_run(run: Any, what: str) -> None:
                 f"{what} needs a finished `CCRun` (from `sq_jax.cc.solve_cc`); received a "
                 f"{type(run).__name__} without `{name}`."
             )
+    if not getattr(run.result, "converged", False):
+        raise InputError(
+            f"{what} needs converged amplitudes; this run stopped with status "
+            f"{run.result.message!r} after {run.result.iterations} iterations. Rerun with "
+            "a larger max_iter (and tight e_tol/t_tol)."
+        )
     if not run.integrals:
         raise InputError(
             f"{what}: the run carries no integrals (`run.integrals` is empty); rerun it "
