@@ -11,9 +11,14 @@ from .drivers import CCRun as CCRun
 from .drivers import ccd as ccd
 from .drivers import ccsd as ccsd
 from .drivers import solve_cc as solve_cc
+from .eom import EOMResult as EOMResult
+from .eom import eom_ee as eom_ee
+from .eom import excitation_energy_derivative as excitation_energy_derivative
 from .forecast import DryRunReport as DryRunReport
 from .forecast import dry_run as dry_run
 from .implicit import ImplicitEnergy as ImplicitEnergy
 from .implicit import converged_energy as converged_energy
 from .implicit import implicit_energy as implicit_energy
+from .lambda_ import rdm1 as rdm1
+from .lambda_ import solve_lambda as solve_lambda
 from .sequant_files import load_sequant_system as load_sequant_system

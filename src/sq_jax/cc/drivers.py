@@ -72,6 +72,9 @@ class CCRun:
         spin_positions: for spin-orbital runs whose orbital order is known, the positions
             of occupied α, occupied β, virtual α and virtual β among the occupied and
             virtual spin-orbitals (see :meth:`unrestricted_amplitudes`); else ``None``.
+        integrals: the integral arrays the programs read, keyed by input name (``"f"``,
+            ``"g"``, or block keys), so that Λ, densities and EOM can re-evaluate the
+            residual at the converged amplitudes.
     """
 
     method: str
@@ -83,6 +86,9 @@ class CCRun:
     nocc: int
     nvirt: int
     spin_positions: tuple[tuple[int, ...], ...] | None = None
+    integrals: Mapping[str, Any] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @property
     def e_corr(self) -> float:
@@ -393,6 +399,7 @@ def solve_cc(
         ints.nocc,
         ints.nvirt,
         spin_positions,
+        integrals,
     )
 
 

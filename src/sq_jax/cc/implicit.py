@@ -420,18 +420,25 @@ class ImplicitEnergy:
         x, e, status, k, rnorm = self._run("solve", self._x0, *self._check(fock, eri))
         return ImplicitSolution(e, self._unravel(x), status, k, rnorm)
 
-    def multipliers(self, fock: Any, eri: Any) -> dict[str, jax.Array]:
+    def multipliers(
+        self, fock: Any, eri: Any, amplitudes: Mapping[str, Any] | None = None
+    ) -> dict[str, jax.Array]:
         """The Λ amplitudes: the solution λ of Jᵀ λ = −∂E/∂t at the converged t.
 
         Args:
             fock: F[p, q], shape (n, n).
             eri: two-electron integrals, shape (n,)*4.
+            amplitudes: converged amplitudes at (fock, eri), keyed like the run's, to
+                use as they are; default: converge them first (warm-started).
 
         Returns:
             λ keyed like the amplitudes (projected: antisymmetric or pair-symmetric T2).
         """
         fock, eri = self._check(fock, eri)
-        x = self._run("solve", self._x0, fock, eri)[0]
+        if amplitudes is None:
+            x = self._run("solve", self._x0, fock, eri)[0]
+        else:
+            x = ravel_pytree({k: jnp.asarray(amplitudes[k], jnp.float64) for k in amplitudes})[0]
         return self._unravel(self._run("adjoint", x, fock, eri)[0])
 
     def gradient(self, fock: Any, eri: Any) -> tuple[jax.Array, jax.Array]:
