@@ -46,6 +46,7 @@ class Configuration:
     roles: tuple[tuple[str, bool, bool], ...]
     rank: int
     site: str = "root"
+    modes: str = "all"  # BatchPlan.external_modes
 
     @property
     def spaces(self) -> tuple[str, ...]:
@@ -65,6 +66,7 @@ class Configuration:
                 for (s, e, c), n in zip(self.roles, counts, strict=True)
             ),
             self.site,
+            self.modes,
         )
 
 

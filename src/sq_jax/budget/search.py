@@ -39,6 +39,22 @@ def _ladder(extent: int, max_batches: int | None) -> tuple[tuple[int, int], ...]
     return tuple(sorted(out.items()))
 
 
+FIRST_MODES_GATE = 1.10
+"""With ``external_modes="auto"``, one loop per space is searched only when the plans
+with a loop per index cost more than this times the unbatched FLOPs (or none fits)."""
+
+
+def _two_modes_of_one_space(forest: Forest, spaces: Sequence[str]) -> bool:
+    """Whether some result has two indices of one batchable space (two external loops)."""
+    for root in forest.roots:
+        seen: set[str] = set()
+        for ix in dict.fromkeys(root.node.indices):
+            if ix.space in spaces and ix.space in seen:
+                return True
+            seen.add(ix.space)
+    return False
+
+
 def _configs(spaces: Sequence[str]) -> list[Configuration]:
     """Every role choice over ``spaces`` (the empty one first), by batched roles."""
     out = []
@@ -117,6 +133,7 @@ def plan_for_budget(
     *,
     spaces_allowed: Iterable[str] | None = None,
     max_batches: int | None = None,
+    external_modes: str = "all",
 ) -> BatchPlan:
     """The batch plan with the fewest FLOPs whose static peak fits ``budget``.
 
@@ -128,6 +145,12 @@ def plan_for_budget(
         spaces_allowed: the spaces the plan may batch (default: every space of the
             forest with an extent above 1).
         max_batches: at most this many batches per space (default: one per element).
+        external_modes: ``"all"`` (the default) searches plans with one external loop per
+            batched result index; ``"auto"`` also searches one loop per space
+            (:attr:`BatchPlan.external_modes` ``"first"``) when those cost more than
+            :data:`FIRST_MODES_GATE` times the unbatched FLOPs. Opt-in because
+            :mod:`sq_jax.lower.memory` over-predicts XLA's memory for such plans (by
+            1.1-1.4x on CCSD: safe, but outside the 15% its tests hold it to).
 
     Returns:
         The plan (``BatchPlan()`` when nothing needs batching), deterministic.
@@ -160,6 +183,8 @@ def plan_for_budget(
         isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 1
     ):
         raise PlanError(f"max_batches must be a positive int or None, got {max_batches!r}.")
+    if external_modes not in ("all", "auto"):
+        raise PlanError(f"external_modes must be 'all' or 'auto', got {external_modes!r}.")
     spaces = _batchable_spaces(forest, spaces_allowed)
     extent = forest.spaces.extent
     ladders = {s: _ladder(extent(s), max_batches) for s in spaces}
@@ -170,20 +195,32 @@ def plan_for_budget(
     scheduled: dict[Configuration, ScheduledForest] = {}
     level = -1
     # External loops open at the reads of a permuted sum's values first (Y built once
-    # per batch). Loops at the roots themselves (Y built per orientation: more FLOPs, but
-    # a lower memory floor) are searched only when that finds nothing, or nothing that
-    # costs less than twice the unbatched FLOPs (each search schedules every role
-    # choice: the planner's time doubles).
+    # per batch), one loop per batched result index. One loop per space at each site
+    # (larger batches, no nest of two loops of one space that rebuilds what carries one
+    # of its indices per batch of the other) is searched when that finds nothing, or
+    # nothing within FIRST_MODES_GATE of the unbatched FLOPs; loops at the roots
+    # themselves (Y built per orientation: more FLOPs, but a lower memory floor) only
+    # when nothing below twice the unbatched FLOPs was found (each further search
+    # schedules every role choice again: it costs planner time).
     configs = _configs(spaces)
-    tops = [replace(c, site="top") for c in configs if any(e for _, e, _ in c.roles)]
+    external = [c for c in configs if any(e for _, e, _ in c.roles)]
+    firsts = [replace(c, modes="first", rank=len(configs) + c.rank) for c in external]
+    if external_modes == "all" or not _two_modes_of_one_space(forest, spaces):
+        firsts = []  # not asked for, or one loop per space already
+    tops = [replace(c, site="top", rank=2 * len(configs) + c.rank) for c in external]
     if not any(permuted_summands(root.node) for root in forest.roots):
         tops = []  # the two sites are the same
-    configs += tops
-    for cfg in configs:
-        if cfg.site == "top" and best is not None and best.flops <= 2 * f0:
-            break
+    gate = {"first": FIRST_MODES_GATE, "top": 2.0}
+    phase, skip = "all", False
+    for cfg in [*configs, *firsts, *tops]:
+        here = "top" if cfg.site == "top" else cfg.modes
+        if here != phase:  # entering the next phase: is it worth its planner time?
+            phase, level = here, -1
+            skip = best is not None and best.flops <= gate[phase] * f0
+        if skip:
+            continue
         if best is not None and best.flops == f0 and cfg.flags > level:
-            break  # nothing at a higher level can win the tie-break
+            continue  # nothing at a higher level can win the tie-break
         level = cfg.flags
         try:  # the structure does not depend on the counts: schedule with 2 each
             sf = schedule_forest(forest, cfg.plan([2] * len(cfg.spaces)))
