@@ -46,15 +46,15 @@ slicing search for the idea of pricing recomputation against memory (not its cod
 
 External loops open at the roots, or at the reads of the values a permuted sum reads
 (``external_site="root"``, :mod:`sq_jax.plan.annotate`), one loop per batched result
-index. Two further searches run only when the ones before found nothing, or nothing
-cheap enough (each schedules every role choice again): with
-``plan_for_budget(..., external_modes="auto")``, one external loop per space
-(``BatchPlan.external_modes="first"``: larger batches, but a value carrying one of two
-indices of a space is no longer rebuilt per batch of the other's loop) when nothing costs
-at most :data:`~sq_jax.budget.search.FIRST_MODES_GATE` times the unbatched FLOPs (opt-in:
-the lowered-memory model over-predicts such plans by 1.1-1.4x on CCSD), and loops at
-the roots themselves (``"top"``: lower memory floor, more FLOPs) when nothing costs
-below twice the unbatched FLOPs; the fewest FLOPs win.
+index. With ``plan_for_budget(..., extended=True)`` the variants of
+:data:`~sq_jax.budget.search.EXTENDED_PHASES` follow, each searched only when nothing found
+before costs at most :data:`~sq_jax.budget.search.EXTENDED_GATE` times the unbatched
+FLOPs: operands hoisted out of loops (``BatchPlan.hoist``) and one external loop per
+space (``BatchPlan.external_modes="first"``). Opt-in: the lowered-memory model
+over-predicts one-loop-per-space plans by 1.1-1.4x on CCSD, XLA's memory for hoisted
+plans is not yet measured, and each phase schedules every role choice again (planner
+time). Loops at the roots themselves (``"top"``: lower memory floor, more FLOPs) are
+searched last, when nothing costs below twice the unbatched FLOPs; the fewest FLOPs win.
 
 Known limitations: the memory model predicts XLA's live buffers, not its heap fragmentation,
 which grows with the number of loops (a plan with 80 loop instances measured 1.6x its

@@ -47,6 +47,7 @@ class Configuration:
     rank: int
     site: str = "root"
     modes: str = "all"  # BatchPlan.external_modes
+    hoist: str = "none"  # BatchPlan.hoist
 
     @property
     def spaces(self) -> tuple[str, ...]:
@@ -67,6 +68,7 @@ class Configuration:
             ),
             self.site,
             self.modes,
+            self.hoist,
         )
 
 

@@ -39,9 +39,16 @@ def _ladder(extent: int, max_batches: int | None) -> tuple[tuple[int, int], ...]
     return tuple(sorted(out.items()))
 
 
-FIRST_MODES_GATE = 1.10
-"""With ``external_modes="auto"``, one loop per space is searched only when the plans
-with a loop per index cost more than this times the unbatched FLOPs (or none fits)."""
+EXTENDED_GATE = 1.10
+"""With ``extended=True``, each variant of :data:`EXTENDED_PHASES` is searched only when
+the plans found before it cost more than this times the unbatched FLOPs (or none fits)."""
+
+EXTENDED_PHASES = (("all", "invariant"), ("first", "invariant"), ("first", "none"), ("all", "all"))
+"""``(BatchPlan.external_modes, BatchPlan.hoist)`` of the extended search, in order:
+hoisting loop-invariant operands never adds FLOPs and costs memory; one loop per space
+trades larger batches against no rebuild per batch of a second loop of the space;
+hoisting the values read under two labelings removes the last duplicates at the
+largest memory."""
 
 
 def _two_modes_of_one_space(forest: Forest, spaces: Sequence[str]) -> bool:
@@ -133,7 +140,7 @@ def plan_for_budget(
     *,
     spaces_allowed: Iterable[str] | None = None,
     max_batches: int | None = None,
-    external_modes: str = "all",
+    extended: bool = False,
 ) -> BatchPlan:
     """The batch plan with the fewest FLOPs whose static peak fits ``budget``.
 
@@ -145,12 +152,12 @@ def plan_for_budget(
         spaces_allowed: the spaces the plan may batch (default: every space of the
             forest with an extent above 1).
         max_batches: at most this many batches per space (default: one per element).
-        external_modes: ``"all"`` (the default) searches plans with one external loop per
-            batched result index; ``"auto"`` also searches one loop per space
-            (:attr:`BatchPlan.external_modes` ``"first"``) when those cost more than
-            :data:`FIRST_MODES_GATE` times the unbatched FLOPs. Opt-in because
-            :mod:`sq_jax.lower.memory` over-predicts XLA's memory for such plans (by
-            1.1-1.4x on CCSD: safe, but outside the 15% its tests hold it to).
+        extended: also search, when the default plans cost more than
+            :data:`EXTENDED_GATE` times the unbatched FLOPs, the variants of
+            :data:`EXTENDED_PHASES` (one external loop per space, operands hoisted out of
+            loops). Opt-in: :mod:`sq_jax.lower.memory` over-predicts XLA's memory for
+            one-loop-per-space plans (by 1.1-1.4x on CCSD: safe, but outside the 15% its
+            tests hold it to), and XLA's memory for hoisted plans is not yet measured.
 
     Returns:
         The plan (``BatchPlan()`` when nothing needs batching), deterministic.
@@ -183,8 +190,8 @@ def plan_for_budget(
         isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 1
     ):
         raise PlanError(f"max_batches must be a positive int or None, got {max_batches!r}.")
-    if external_modes not in ("all", "auto"):
-        raise PlanError(f"external_modes must be 'all' or 'auto', got {external_modes!r}.")
+    if not isinstance(extended, bool):
+        raise PlanError(f"extended must be True or False, got {extended!r}.")
     spaces = _batchable_spaces(forest, spaces_allowed)
     extent = forest.spaces.extent
     ladders = {s: _ladder(extent(s), max_batches) for s in spaces}
@@ -193,50 +200,48 @@ def plan_for_budget(
     best: SearchPoint | None = None
     floor: tuple[SearchPoint, ScheduledForest] | None = None  # the smallest peak seen
     scheduled: dict[Configuration, ScheduledForest] = {}
-    level = -1
     # External loops open at the reads of a permuted sum's values first (Y built once
-    # per batch), one loop per batched result index. One loop per space at each site
-    # (larger batches, no nest of two loops of one space that rebuilds what carries one
-    # of its indices per batch of the other) is searched when that finds nothing, or
-    # nothing within FIRST_MODES_GATE of the unbatched FLOPs; loops at the roots
-    # themselves (Y built per orientation: more FLOPs, but a lower memory floor) only
-    # when nothing below twice the unbatched FLOPs was found (each further search
-    # schedules every role choice again: it costs planner time).
+    # per batch), one loop per batched result index, nothing hoisted. With `extended`,
+    # the variants of EXTENDED_PHASES follow, each searched only when nothing found so
+    # far costs at most EXTENDED_GATE times the unbatched FLOPs. Loops at the roots
+    # themselves (Y built per orientation: more FLOPs, but a lower memory floor) come
+    # last, when nothing below twice the unbatched FLOPs was found. Each phase
+    # schedules every role choice again: it costs planner time.
     configs = _configs(spaces)
+    phases: list[tuple[float, list[Configuration]]] = [(0.0, configs)]
     external = [c for c in configs if any(e for _, e, _ in c.roles)]
-    firsts = [replace(c, modes="first", rank=len(configs) + c.rank) for c in external]
-    if external_modes == "all" or not _two_modes_of_one_space(forest, spaces):
-        firsts = []  # not asked for, or one loop per space already
-    tops = [replace(c, site="top", rank=2 * len(configs) + c.rank) for c in external]
-    if not any(permuted_summands(root.node) for root in forest.roots):
-        tops = []  # the two sites are the same
-    gate = {"first": FIRST_MODES_GATE, "top": 2.0}
-    phase, skip = "all", False
-    for cfg in [*configs, *firsts, *tops]:
-        here = "top" if cfg.site == "top" else cfg.modes
-        if here != phase:  # entering the next phase: is it worth its planner time?
-            phase, level = here, -1
-            skip = best is not None and best.flops <= gate[phase] * f0
-        if skip:
-            continue
-        if best is not None and best.flops == f0 and cfg.flags > level:
-            continue  # nothing at a higher level can win the tie-break
-        level = cfg.flags
-        try:  # the structure does not depend on the counts: schedule with 2 each
-            sf = schedule_forest(forest, cfg.plan([2] * len(cfg.spaces)))
-        except ScheduleError:
-            continue  # this configuration cannot be expressed: leave it out
-        scheduled[cfg] = sf
-        model = budget_model(sf, cfg)
-        lad = [ladders[s] for s in cfg.spaces]
-        if best is None:  # only needed for the error message
-            low, counts = min(
-                (model.peak([b for _, b in combo]), tuple(n for n, _ in combo))
-                for combo in itertools.product(*lad)
-            )
-            if floor is None or (low, cfg.rank) < (floor[0].peak, floor[0].config.rank):
-                floor = (SearchPoint((), cfg, counts, low, 0), sf)
-        best = _search(model, lad, limit, best)
+    two = _two_modes_of_one_space(forest, spaces)
+    for k, (modes, hoist) in enumerate(EXTENDED_PHASES if extended else ()):
+        pool = [c for c in configs if c.roles] if modes == "all" else (external if two else [])
+        rank = (k + 1) * len(configs)
+        variant = [replace(c, modes=modes, hoist=hoist, rank=rank + c.rank) for c in pool]
+        phases.append((EXTENDED_GATE, variant))
+    if any(permuted_summands(root.node) for root in forest.roots):  # else: the same site
+        rank = len(phases) * len(configs)
+        phases.append((2.0, [replace(c, site="top", rank=rank + c.rank) for c in external]))
+    for gate, phase in phases:
+        if best is not None and best.flops <= gate * f0:
+            continue  # not worth its planner time
+        level = -1
+        for cfg in phase:
+            if best is not None and best.flops == f0 and cfg.flags > level:
+                continue  # nothing at a higher level can win the tie-break
+            level = cfg.flags
+            try:  # the structure does not depend on the counts: schedule with 2 each
+                sf = schedule_forest(forest, cfg.plan([2] * len(cfg.spaces)))
+            except ScheduleError:
+                continue  # this configuration cannot be expressed: leave it out
+            scheduled[cfg] = sf
+            model = budget_model(sf, cfg)
+            lad = [ladders[s] for s in cfg.spaces]
+            if best is None:  # only needed for the error message
+                low, counts = min(
+                    (model.peak([b for _, b in combo]), tuple(n for n, _ in combo))
+                    for combo in itertools.product(*lad)
+                )
+                if floor is None or (low, cfg.rank) < (floor[0].peak, floor[0].config.rank):
+                    floor = (SearchPoint((), cfg, counts, low, 0), sf)
+            best = _search(model, lad, limit, best)
     if best is None:
         raise infeasible_error(limit, floor, spaces, _batchable_spaces(forest, None), max_batches)
     plan = best.config.plan(best.counts)

@@ -137,6 +137,14 @@ class BatchPlan:
     site's index order: larger batches, but no nest of two loops of one space in which a
     value carrying only one of the two modes is rebuilt for every batch of the other).
     See :mod:`sq_jax.plan.annotate`."""
+    hoist: str = "none"
+    """Which operands inside loops are built once, whole, before the loops (and read
+    sliced by their reader) instead of once per batch: ``"none"`` (the default),
+    ``"invariant"`` (an operand whose subtree does not carry the index of an enclosing
+    loop: no recomputation per batch of that loop) or ``"all"`` (also a value its tree
+    reads under two labelings, ``Y`` and ``Y`` with two labels swapped, which each batch
+    would otherwise build twice, once per slicing). Fewer FLOPs, more memory. See
+    :mod:`sq_jax.schedule.loop_identity`."""
 
     def __post_init__(self) -> None:
         keys = [s.space for s in self.spaces]
@@ -147,6 +155,8 @@ class BatchPlan:
             raise PlanError(
                 f"external_site must be 'root', 'top' or 'term', got {self.external_site!r}."
             )
+        if self.hoist not in ("none", "invariant", "all"):
+            raise PlanError(f"hoist must be 'none', 'invariant' or 'all', got {self.hoist!r}.")
         if self.external_modes not in ("all", "first"):
             raise PlanError(
                 f"external_modes must be 'all' or 'first', got {self.external_modes!r}."
@@ -159,6 +169,7 @@ class BatchPlan:
         *,
         external_site: str = "root",
         external_modes: str = "all",
+        hoist: str = "none",
     ) -> BatchPlan:
         """Build a plan from a mapping ``{space: n_batches | {batches|block, roles}}``.
 
@@ -212,7 +223,7 @@ class BatchPlan:
                 )
             else:
                 out.append(SpaceBatch(space, batches=spec))
-        return cls(tuple(out), external_site, external_modes)
+        return cls(tuple(out), external_site, external_modes, hoist)
 
     def resolved(self, spaces: Spaces, used: Iterable[str] | None = None) -> BatchPlan:
         """This plan with every space key replaced by its canonical key in ``spaces``.
@@ -283,7 +294,7 @@ class BatchPlan:
             raise PlanError(f"batch plan: {problems[0]}")
         if problems:
             raise PlanError("batch plan:\n- " + "\n- ".join(problems))
-        return BatchPlan(tuple(out), self.external_site, self.external_modes)
+        return BatchPlan(tuple(out), self.external_site, self.external_modes, self.hoist)
 
     def batch_for(self, space: str) -> SpaceBatch | None:
         """The entry for ``space``, or ``None`` if it is not batched."""
@@ -305,6 +316,8 @@ class BatchPlan:
             parts.append(f"external loops at {self.external_site}")
         if self.external_modes != "all":
             parts.append("one external loop per space")
+        if self.hoist != "none":
+            parts.append(f"hoist {self.hoist}")
         return "BatchPlan(" + "; ".join(parts) + ")"
 
 

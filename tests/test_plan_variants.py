@@ -1,9 +1,11 @@
-"""One external loop per space (``BatchPlan.external_modes="first"``) and the planner's use of it.
+"""Plan variants: one external loop per space, hoisted operands, and the planner's use.
 
 A doubles residual batched externally over ``a`` opens a loop per virtual index by
-default; with ``"first"`` only its first ``a`` index opens one. The schedules must
-still equal the reference, and the memory-budget planner picks such a plan where it
-costs fewer FLOPs (FLOPs here are deterministic counts, not timings).
+default; with ``external_modes="first"`` only its first ``a`` index opens one. With
+``hoist="invariant"`` an operand that does not carry an enclosing loop's index is built
+once before the loops; ``hoist="all"`` also hoists a value read under two labelings.
+The schedules must still equal the reference, and the extended memory-budget search
+picks such a plan where it costs fewer FLOPs (deterministic counts, not timings).
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ FIRST_PLANS = {
     "a_external": {"a": {"batches": 3, "roles": "external"}},
     "i_external": {"i": {"batches": 2, "roles": "external"}},
 }
+VARIANTS = {
+    "first": {"external_modes": "first"},
+    "hoist_invariant": {"hoist": "invariant"},
+    "hoist_all": {"hoist": "all"},
+    "first_hoist_invariant": {"external_modes": "first", "hoist": "invariant"},
+}
 
 
 def test_first_opens_one_external_loop_per_space():
@@ -47,16 +55,19 @@ def test_first_opens_one_external_loop_per_space():
 def test_bad_external_modes_is_a_plan_error():
     with pytest.raises(sq.PlanError, match=r"external_modes must be 'all' or 'first', got 'one'"):
         BatchPlan.of({"a": 2}, external_modes="one")
+    with pytest.raises(sq.PlanError, match=r"hoist must be 'none', 'invariant' or 'all', got 'y'"):
+        BatchPlan.of({"a": 2}, hoist="y")
     forest = cc_forest("ccd_so", 4, 6)
-    with pytest.raises(sq.PlanError, match=r"external_modes must be 'all' or 'auto', got 'first'"):
-        plan_for_budget(forest, 10**5, external_modes="first")
+    with pytest.raises(sq.PlanError, match=r"extended must be True or False, got 'yes'"):
+        plan_for_budget(forest, 10**5, extended="yes")
 
 
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("plan", sorted(FIRST_PLANS))
 @pytest.mark.parametrize("name", ["ccsd_so", "ccsd_cs", "ccd_so"])
-def test_cc_sets_with_one_external_loop_per_space_equal_the_reference(name, plan):
+def test_cc_sets_under_plan_variants_equal_the_reference(name, plan, variant):
     forest = cc_forest(name, 4, 6)
-    sf = schedule_forest(forest, BatchPlan.of(FIRST_PLANS[plan], external_modes="first"))
+    sf = schedule_forest(forest, BatchPlan.of(FIRST_PLANS[plan], **VARIANTS[variant]))
     check_invariants(sf)
     blocks = random_blocks(forest, seed=5)
     got = run_schedule(sf, blocks)
@@ -72,31 +83,36 @@ RING = (
 )
 
 
-def test_compiled_program_with_one_external_loop_per_space_equals_the_reference():
+def test_compiled_programs_under_plan_variants_equal_the_reference():
     spaces = sq.Spaces(i=3, a=5)
     forest = sq.build_forest(sq.parse(RING), spaces)
     rng = np.random.default_rng(11)
     inputs = {s.block_key: rng.standard_normal(s.shape) for s in input_specs(forest)}
     want = sq.evaluate_reference(RING, spaces, inputs)["R"]
-    for batch in ({"a": 2, "i": 2}, {"a": {"batches": 3, "roles": "external"}}):
-        plan = BatchPlan.of(batch, external_modes="first")
+    for batch, variant in (
+        ({"a": 2, "i": 2}, VARIANTS["first"]),
+        ({"a": {"batches": 3, "roles": "external"}}, VARIANTS["first"]),
+        ({"a": 2, "i": 2}, VARIANTS["hoist_all"]),
+        ({"a": 2}, VARIANTS["first_hoist_invariant"]),
+    ):
+        plan = BatchPlan.of(batch, **variant)
         got = sq.compile(RING, spaces, batch=plan)(inputs)["R"]
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-12)
 
 
-def test_planner_picks_one_loop_per_space_where_it_costs_fewer_flops():
-    # CCSD (spin-orbital) at i=6, a=16 with a fifth of the unbatched requirement: a loop
-    # per virtual index of R2 rebuilds what carries one index per batch of the other
-    # (the best such plan costs 1.51x the unbatched FLOPs); one loop per space fits
-    # within 1.10x
+def test_extended_search_picks_a_variant_where_it_costs_fewer_flops():
+    # CCSD (spin-orbital) at i=6, a=16 with a fifth of the unbatched requirement: with a
+    # loop per virtual index of R2 and nothing hoisted, what carries one index is rebuilt
+    # per batch of the other loop (the default search's plan costs 1.51x the unbatched
+    # FLOPs); the extended search finds a plan within 1.10x
     forest = sq.build_forest(sq.parse(load_equations("ccsd_so")), sq.Spaces(i=6, a=16))
     budget = required_bytes(schedule_forest(forest, BatchPlan())) // 5
-    assert plan_for_budget(forest, budget).external_modes == "all"  # the default search
-    plan = plan_for_budget(forest, budget, external_modes="auto")
-    assert plan.external_modes == "first"
+    default = plan_for_budget(forest, budget)
+    assert (default.external_modes, default.hoist) == ("all", "none")
+    plan = plan_for_budget(forest, budget, extended=True)
+    assert (plan.external_modes, plan.hoist) != ("all", "none")
     sf = schedule_forest(forest, plan)
     assert required_bytes(sf) <= budget
     flops = schedule_flops(sf)
     assert flops <= 1.10 * forest.flops
-    both = schedule_forest(forest, BatchPlan(plan.spaces, plan.external_site, "all"))
-    assert schedule_flops(both) > flops
+    assert schedule_flops(schedule_forest(forest, default)) > flops
