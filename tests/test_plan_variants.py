@@ -20,7 +20,7 @@ from sq_jax.forest.inputs import input_specs
 from sq_jax.plan import BatchPlan, annotate
 from sq_jax.plan.batch import LoopKind
 from sq_jax.schedule import schedule_forest
-from sq_jax.schedule.cost import schedule_flops
+from sq_jax.schedule.cost import flop_terms, schedule_flops
 from tests.helpers.schedule_corpus import cc_forest, check_invariants, random_blocks, run_schedule
 
 FIRST_PLANS = {
@@ -116,3 +116,20 @@ def test_extended_search_picks_a_variant_where_it_costs_fewer_flops():
     flops = schedule_flops(sf)
     assert flops <= 1.10 * forest.flops
     assert schedule_flops(schedule_forest(forest, default)) > flops
+
+
+def test_hoisting_removes_the_recomputation_of_loop_invariant_operands():
+    # X{a1;i1} = f t and X{a2;i2} each carry one virtual index of R: inside the loops over
+    # both, each is rebuilt for every batch of the other loop unless hoisted
+    text = "R{a1,a2;i1,i2} = f{a1;a3} t{a3;i1} f{a2;a4} t{a4;i2} + g{a1,a2;i1,i2}"
+    forest = sq.build_forest(sq.parse(text), sq.Spaces(i=3, a=8))
+    plain = schedule_forest(forest, BatchPlan.of({"a": {"batches": 4, "roles": "external"}}))
+    hoisted = schedule_forest(
+        forest, BatchPlan.of({"a": {"batches": 4, "roles": "external"}}, hoist="invariant")
+    )
+    assert schedule_flops(plain) > forest.flops
+    assert schedule_flops(hoisted) == forest.flops
+    assert all(not t.recompute for t in flop_terms(hoisted))  # each value built once
+    blocks = random_blocks(forest, seed=2)
+    want = sq.evaluate_reference(forest, None, blocks)["R"]
+    np.testing.assert_allclose(run_schedule(hoisted, blocks)["R"], want, rtol=1e-12, atol=1e-12)

@@ -50,10 +50,10 @@ index. With ``plan_for_budget(..., extended=True)`` the variants of
 :data:`~sq_jax.budget.search.EXTENDED_PHASES` follow, each searched only when nothing found
 before costs at most :data:`~sq_jax.budget.search.EXTENDED_GATE` times the unbatched
 FLOPs: operands hoisted out of loops (``BatchPlan.hoist``) and one external loop per
-space (``BatchPlan.external_modes="first"``). Opt-in: the lowered-memory model
-over-predicts one-loop-per-space plans by 1.1-1.4x on CCSD, XLA's memory for hoisted
-plans is not yet measured, and each phase schedules every role choice again (planner
-time). Loops at the roots themselves (``"top"``: lower memory floor, more FLOPs) are
+space (``BatchPlan.external_modes="first"``). Opt-in: the lowered-memory model is not
+calibrated on these plans (one loop per space over-predicted by 1.1-1.4x on CCSD, one
+hoisted plan measured 1.25x its prediction), and each phase schedules every role choice
+again (planner time). Loops at the roots themselves (``"top"``: lower memory floor, more FLOPs) are
 searched last, when nothing costs below twice the unbatched FLOPs; the fewest FLOPs win.
 
 Known limitations: the memory model predicts XLA's live buffers, not its heap fragmentation,

@@ -152,12 +152,12 @@ def plan_for_budget(
         spaces_allowed: the spaces the plan may batch (default: every space of the
             forest with an extent above 1).
         max_batches: at most this many batches per space (default: one per element).
-        extended: also search, when the default plans cost more than
-            :data:`EXTENDED_GATE` times the unbatched FLOPs, the variants of
-            :data:`EXTENDED_PHASES` (one external loop per space, operands hoisted out of
-            loops). Opt-in: :mod:`sq_jax.lower.memory` over-predicts XLA's memory for
-            one-loop-per-space plans (by 1.1-1.4x on CCSD: safe, but outside the 15% its
-            tests hold it to), and XLA's memory for hoisted plans is not yet measured.
+        extended: also search the variants of :data:`EXTENDED_PHASES` (operands
+            hoisted out of loops, one external loop per space), each when the plans found
+            before cost more than :data:`EXTENDED_GATE` times the unbatched FLOPs.
+            Opt-in: :mod:`sq_jax.lower.memory` is not calibrated on these plans (CCSD,
+            i=6, a=16: one loop per space over-predicted by 1.1-1.4x, and one hoisted
+            plan measured 1.25x its prediction, just above its budget).
 
     Returns:
         The plan (``BatchPlan()`` when nothing needs batching), deterministic.
