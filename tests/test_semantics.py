@@ -106,20 +106,24 @@ def test_chain_with_a_scalar_result_and_internal_intermediates(batch):
         _close(unbatched[name], want[name])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=sq.LoweringError,
-    reason="scheduler: a root's value "
-    "that is also a summand of another root, batched (not specific to reads)",
+@pytest.mark.parametrize(
+    "batch", [{"a": 2}, {"a": {"batches": 2, "roles": "external"}}, {"a": 3, "i": 2}]
 )
-def test_known_limitation_shared_root_value_summed_elsewhere_batched():
-    text = (
-        "Y{a1;i1} = 1/2 f{a1;a2} f{a2;a3} t{a3;i1} + t{a1;i1}\n"
-        "Z{a1;i1} = f{a1;a2} t{a2;i1} - (1/2 f{a1;a2} f{a2;a3} t{a3;i1} + t{a1;i1})"
+@pytest.mark.parametrize("by_hand", [False, True])
+def test_root_value_that_is_also_a_summand_of_another_root_batched(batch, by_hand):
+    # Y is a result and a term of Z's sum: built once per batch inside Z's loop, it is
+    # also scattered out of that loop so that the result Y is returned whole
+    z = (
+        "f{a1;a2} t{a2;i1} - 1/2 f{a1;a2} f{a2;a3} t{a3;i1} - t{a1;i1}"
+        if by_hand
+        else "f{a1;a2} t{a2;i1} - (1/2 f{a1;a2} f{a2;a3} t{a3;i1} + t{a1;i1})"
     )
+    text = f"Y{{a1;i1}} = 1/2 f{{a1;a2}} f{{a2;a3}} t{{a3;i1}} + t{{a1;i1}}\nZ{{a1;i1}} = {z}"
     inputs = {"f": F, "t{a;i}": T1}
-    out = sq.compile(text, SPACES, batch={"a": 2})(inputs)
-    _close(out["Z"], sq.evaluate_reference(text, SPACES, inputs)["Z"])
+    out = sq.compile(text, SPACES, batch=batch)(inputs)
+    ref = sq.evaluate_reference(text, SPACES, inputs)
+    _close(out["Y"], ref["Y"])
+    _close(out["Z"], ref["Z"])
 
 
 def test_outputs_restrict_what_is_returned():

@@ -45,9 +45,16 @@ References: SeQuant's batched evaluation (``docs/schedule.md``); cotengra's
 slicing search for the idea of pricing recomputation against memory (not its code).
 
 External loops open at the roots, or at the reads of the values a permuted sum reads
-(``external_site="root"``, :mod:`sq_jax.plan.annotate`); plans with loops at the roots
-themselves (``"top"``: lower memory floor, more FLOPs) are searched too when the first
-search finds nothing or nothing below twice the unbatched FLOPs; the fewest FLOPs win.
+(``external_site="root"``, :mod:`sq_jax.plan.annotate`), one loop per batched result
+index. With ``plan_for_budget(..., extended=True)`` the variants of
+:data:`~sq_jax.budget.search.EXTENDED_PHASES` follow, each searched only when nothing found
+before costs at most :data:`~sq_jax.budget.search.EXTENDED_GATE` times the unbatched
+FLOPs: operands hoisted out of loops (``BatchPlan.hoist``) and one external loop per
+space (``BatchPlan.external_modes="first"``). Opt-in: the lowered-memory model is not
+calibrated on these plans (one loop per space over-predicted by 1.1-1.4x on CCSD, one
+hoisted plan measured 1.25x its prediction), and each phase schedules every role choice
+again (planner time). Loops at the roots themselves (``"top"``: lower memory floor, more FLOPs) are
+searched last, when nothing costs below twice the unbatched FLOPs; the fewest FLOPs win.
 
 Known limitations: the memory model predicts XLA's live buffers, not its heap fragmentation,
 which grows with the number of loops (a plan with 80 loop instances measured 1.6x its

@@ -46,6 +46,8 @@ class Configuration:
     roles: tuple[tuple[str, bool, bool], ...]
     rank: int
     site: str = "root"
+    modes: str = "all"  # BatchPlan.external_modes
+    hoist: str = "none"  # BatchPlan.hoist
 
     @property
     def spaces(self) -> tuple[str, ...]:
@@ -65,6 +67,8 @@ class Configuration:
                 for (s, e, c), n in zip(self.roles, counts, strict=True)
             ),
             self.site,
+            self.modes,
+            self.hoist,
         )
 
 

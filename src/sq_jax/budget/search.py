@@ -39,6 +39,29 @@ def _ladder(extent: int, max_batches: int | None) -> tuple[tuple[int, int], ...]
     return tuple(sorted(out.items()))
 
 
+EXTENDED_GATE = 1.10
+"""With ``extended=True``, each variant of :data:`EXTENDED_PHASES` is searched only when
+the plans found before it cost more than this times the unbatched FLOPs (or none fits)."""
+
+EXTENDED_PHASES = (("all", "invariant"), ("first", "invariant"), ("first", "none"), ("all", "all"))
+"""``(BatchPlan.external_modes, BatchPlan.hoist)`` of the extended search, in order:
+hoisting loop-invariant operands never adds FLOPs and costs memory; one loop per space
+trades larger batches against no rebuild per batch of a second loop of the space;
+hoisting the values read under two labelings removes the last duplicates at the
+largest memory."""
+
+
+def _two_modes_of_one_space(forest: Forest, spaces: Sequence[str]) -> bool:
+    """Whether some result has two indices of one batchable space (two external loops)."""
+    for root in forest.roots:
+        seen: set[str] = set()
+        for ix in dict.fromkeys(root.node.indices):
+            if ix.space in spaces and ix.space in seen:
+                return True
+            seen.add(ix.space)
+    return False
+
+
 def _configs(spaces: Sequence[str]) -> list[Configuration]:
     """Every role choice over ``spaces`` (the empty one first), by batched roles."""
     out = []
@@ -117,6 +140,7 @@ def plan_for_budget(
     *,
     spaces_allowed: Iterable[str] | None = None,
     max_batches: int | None = None,
+    extended: bool = False,
 ) -> BatchPlan:
     """The batch plan with the fewest FLOPs whose static peak fits ``budget``.
 
@@ -128,6 +152,12 @@ def plan_for_budget(
         spaces_allowed: the spaces the plan may batch (default: every space of the
             forest with an extent above 1).
         max_batches: at most this many batches per space (default: one per element).
+        extended: also search the variants of :data:`EXTENDED_PHASES` (operands
+            hoisted out of loops, one external loop per space), each when the plans found
+            before cost more than :data:`EXTENDED_GATE` times the unbatched FLOPs.
+            Opt-in: :mod:`sq_jax.lower.memory` is not calibrated on these plans (CCSD,
+            i=6, a=16: one loop per space over-predicted by 1.1-1.4x, and one hoisted
+            plan measured 1.25x its prediction, just above its budget).
 
     Returns:
         The plan (``BatchPlan()`` when nothing needs batching), deterministic.
@@ -160,6 +190,8 @@ def plan_for_budget(
         isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 1
     ):
         raise PlanError(f"max_batches must be a positive int or None, got {max_batches!r}.")
+    if not isinstance(extended, bool):
+        raise PlanError(f"extended must be True or False, got {extended!r}.")
     spaces = _batchable_spaces(forest, spaces_allowed)
     extent = forest.spaces.extent
     ladders = {s: _ladder(extent(s), max_batches) for s in spaces}
@@ -168,38 +200,48 @@ def plan_for_budget(
     best: SearchPoint | None = None
     floor: tuple[SearchPoint, ScheduledForest] | None = None  # the smallest peak seen
     scheduled: dict[Configuration, ScheduledForest] = {}
-    level = -1
     # External loops open at the reads of a permuted sum's values first (Y built once
-    # per batch). Loops at the roots themselves (Y built per orientation: more FLOPs, but
-    # a lower memory floor) are searched only when that finds nothing, or nothing that
-    # costs less than twice the unbatched FLOPs (each search schedules every role
-    # choice: the planner's time doubles).
+    # per batch), one loop per batched result index, nothing hoisted. With `extended`,
+    # the variants of EXTENDED_PHASES follow, each searched only when nothing found so
+    # far costs at most EXTENDED_GATE times the unbatched FLOPs. Loops at the roots
+    # themselves (Y built per orientation: more FLOPs, but a lower memory floor) come
+    # last, when nothing below twice the unbatched FLOPs was found. Each phase
+    # schedules every role choice again: it costs planner time.
     configs = _configs(spaces)
-    tops = [replace(c, site="top") for c in configs if any(e for _, e, _ in c.roles)]
-    if not any(permuted_summands(root.node) for root in forest.roots):
-        tops = []  # the two sites are the same
-    configs += tops
-    for cfg in configs:
-        if cfg.site == "top" and best is not None and best.flops <= 2 * f0:
-            break
-        if best is not None and best.flops == f0 and cfg.flags > level:
-            break  # nothing at a higher level can win the tie-break
-        level = cfg.flags
-        try:  # the structure does not depend on the counts: schedule with 2 each
-            sf = schedule_forest(forest, cfg.plan([2] * len(cfg.spaces)))
-        except ScheduleError:
-            continue  # this configuration cannot be expressed: leave it out
-        scheduled[cfg] = sf
-        model = budget_model(sf, cfg)
-        lad = [ladders[s] for s in cfg.spaces]
-        if best is None:  # only needed for the error message
-            low, counts = min(
-                (model.peak([b for _, b in combo]), tuple(n for n, _ in combo))
-                for combo in itertools.product(*lad)
-            )
-            if floor is None or (low, cfg.rank) < (floor[0].peak, floor[0].config.rank):
-                floor = (SearchPoint((), cfg, counts, low, 0), sf)
-        best = _search(model, lad, limit, best)
+    phases: list[tuple[float, list[Configuration]]] = [(0.0, configs)]
+    external = [c for c in configs if any(e for _, e, _ in c.roles)]
+    two = _two_modes_of_one_space(forest, spaces)
+    for k, (modes, hoist) in enumerate(EXTENDED_PHASES if extended else ()):
+        pool = [c for c in configs if c.roles] if modes == "all" else (external if two else [])
+        rank = (k + 1) * len(configs)
+        variant = [replace(c, modes=modes, hoist=hoist, rank=rank + c.rank) for c in pool]
+        phases.append((EXTENDED_GATE, variant))
+    if any(permuted_summands(root.node) for root in forest.roots):  # else: the same site
+        rank = len(phases) * len(configs)
+        phases.append((2.0, [replace(c, site="top", rank=rank + c.rank) for c in external]))
+    for gate, phase in phases:
+        if best is not None and best.flops <= gate * f0:
+            continue  # not worth its planner time
+        level = -1
+        for cfg in phase:
+            if best is not None and best.flops == f0 and cfg.flags > level:
+                continue  # nothing at a higher level can win the tie-break
+            level = cfg.flags
+            try:  # the structure does not depend on the counts: schedule with 2 each
+                sf = schedule_forest(forest, cfg.plan([2] * len(cfg.spaces)))
+            except ScheduleError:
+                continue  # this configuration cannot be expressed: leave it out
+            scheduled[cfg] = sf
+            model = budget_model(sf, cfg)
+            lad = [ladders[s] for s in cfg.spaces]
+            if best is None:  # only needed for the error message
+                low, counts = min(
+                    (model.peak([b for _, b in combo]), tuple(n for n, _ in combo))
+                    for combo in itertools.product(*lad)
+                )
+                if floor is None or (low, cfg.rank) < (floor[0].peak, floor[0].config.rank):
+                    floor = (SearchPoint((), cfg, counts, low, 0), sf)
+            best = _search(model, lad, limit, best)
     if best is None:
         raise infeasible_error(limit, floor, spaces, _batchable_spaces(forest, None), max_batches)
     plan = best.config.plan(best.counts)

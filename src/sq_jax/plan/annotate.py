@@ -15,7 +15,10 @@ Placement rules (deterministic, no cost model):
    (``external_site="term"``) — every result index whose space is batched in the
    external role opens its own loop, in the node's canonical index order. A doubles
    residual batched over both occupied indices therefore opens two loops, and its batch
-   count is the product of the two.
+   count is the product of the two. With ``external_modes="first"`` only the first
+   result index of each batched space opens a loop (one loop per space and site):
+   larger batches, but no nest of two loops of one space, in which a value carrying
+   only one of the two indices is rebuilt for every batch of the other loop.
 2. **Contracted**: at every product node, every index summed there (on an operand, not
    on the result; left operand first) whose space is batched in the contracted role opens
    a loop. The operand subtrees are sliced, the per-batch partials added.
@@ -40,7 +43,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from .._errors import PlanError, SqJaxError
@@ -220,6 +223,20 @@ def _external_sites(top: EvalNode, site: str) -> set[int]:
     return sites
 
 
+def _external_opens(
+    node: EvalNode, batched: Callable[[Index, LoopKind], bool], modes: str
+) -> list[LoopOpen]:
+    """The external loops of a site: every batched result mode, or the first per space."""
+    out: list[LoopOpen] = []
+    spaces: set[str] = set()
+    for ix in dict.fromkeys(node.indices):
+        if not batched(ix, LoopKind.EXTERNAL) or (modes == "first" and ix.space in spaces):
+            continue
+        spaces.add(ix.space)
+        out.append(LoopOpen(ix, LoopKind.EXTERNAL))
+    return out
+
+
 def _size(node: EvalNode) -> int:
     return sum(1 for _ in preorder(node))
 
@@ -262,11 +279,7 @@ def annotate(forest: Forest, plan: BatchPlan) -> AnnotatedForest:
         for pos, node in preorder(root.node):
             here: list[LoopOpen] = []
             if pos in sites:
-                here += [
-                    LoopOpen(ix, LoopKind.EXTERNAL)
-                    for ix in dict.fromkeys(node.indices)
-                    if batched(ix, LoopKind.EXTERNAL)
-                ]
+                here += _external_opens(node, batched, plan.external_modes)
             here += [
                 LoopOpen(ix, LoopKind.CONTRACTED)
                 for ix in summed_indices(node)

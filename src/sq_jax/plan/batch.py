@@ -130,6 +130,21 @@ class BatchPlan:
     of permuted reads ``Σ_π r_π π(Y)``, the reads of ``Y``; the default), ``"top"``
     (each equation's top node, always) or ``"term"`` (each summand of the equation's
     top-level sum chain). See :mod:`sq_jax.plan.annotate`."""
+    external_modes: str = "all"
+    """Which result modes of an external site open a loop: ``"all"`` (each mode of a
+    batched space, the default: a doubles residual batched over ``a`` cuts both of its
+    virtual modes) or ``"first"`` (only the first mode of each batched space, in the
+    site's index order: larger batches, but no nest of two loops of one space in which a
+    value carrying only one of the two modes is rebuilt for every batch of the other).
+    See :mod:`sq_jax.plan.annotate`."""
+    hoist: str = "none"
+    """Which operands inside loops are built once, whole, before the loops (and read
+    sliced by their reader) instead of once per batch: ``"none"`` (the default),
+    ``"invariant"`` (an operand whose subtree does not carry the index of an enclosing
+    loop: no recomputation per batch of that loop) or ``"all"`` (also a value its tree
+    reads under two labelings, ``Y`` and ``Y`` with two labels swapped, which each batch
+    would otherwise build twice, once per slicing). Fewer FLOPs, more memory. See
+    :mod:`sq_jax.schedule.loop_identity`."""
 
     def __post_init__(self) -> None:
         keys = [s.space for s in self.spaces]
@@ -140,9 +155,22 @@ class BatchPlan:
             raise PlanError(
                 f"external_site must be 'root', 'top' or 'term', got {self.external_site!r}."
             )
+        if self.hoist not in ("none", "invariant", "all"):
+            raise PlanError(f"hoist must be 'none', 'invariant' or 'all', got {self.hoist!r}.")
+        if self.external_modes not in ("all", "first"):
+            raise PlanError(
+                f"external_modes must be 'all' or 'first', got {self.external_modes!r}."
+            )
 
     @classmethod
-    def of(cls, batches: Mapping[str, Any], *, external_site: str = "root") -> BatchPlan:
+    def of(
+        cls,
+        batches: Mapping[str, Any],
+        *,
+        external_site: str = "root",
+        external_modes: str = "all",
+        hoist: str = "none",
+    ) -> BatchPlan:
         """Build a plan from a mapping ``{space: n_batches | {batches|block, roles}}``.
 
         ``roles`` is ``"external"``, ``"contracted"`` or ``"both"`` (the default).
@@ -195,7 +223,7 @@ class BatchPlan:
                 )
             else:
                 out.append(SpaceBatch(space, batches=spec))
-        return cls(tuple(out), external_site)
+        return cls(tuple(out), external_site, external_modes, hoist)
 
     def resolved(self, spaces: Spaces, used: Iterable[str] | None = None) -> BatchPlan:
         """This plan with every space key replaced by its canonical key in ``spaces``.
@@ -266,7 +294,7 @@ class BatchPlan:
             raise PlanError(f"batch plan: {problems[0]}")
         if problems:
             raise PlanError("batch plan:\n- " + "\n- ".join(problems))
-        return BatchPlan(tuple(out), self.external_site)
+        return BatchPlan(tuple(out), self.external_site, self.external_modes, self.hoist)
 
     def batch_for(self, space: str) -> SpaceBatch | None:
         """The entry for ``space``, or ``None`` if it is not batched."""
@@ -286,6 +314,10 @@ class BatchPlan:
         parts = [str(s) for s in self.spaces]
         if self.external_site != "root":
             parts.append(f"external loops at {self.external_site}")
+        if self.external_modes != "all":
+            parts.append("one external loop per space")
+        if self.hoist != "none":
+            parts.append(f"hoist {self.hoist}")
         return "BatchPlan(" + "; ".join(parts) + ")"
 
 

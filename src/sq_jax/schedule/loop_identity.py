@@ -7,6 +7,16 @@ conflict-aware union-find (:class:`Loops`) and numbered per space.
 :func:`identify_loops` runs the three steps; :func:`nesting_pairs` says which loops
 must enclose which.
 
+**Hoisting** (``BatchPlan.hoist``): with ``"invariant"``, an operand (not a leaf) whose
+subtree carries no label of one of the loops around it is walked as if no loop enclosed
+it: its value is built once, whole, before the loops, and its reader slices it on use
+(``OccurrenceRec.read_slot``), as it slices an input. Without this, a value that does not
+depend on a loop but sits inside it (e.g. a ring intermediate carrying ``i1`` inside the
+loops of a residual over ``i1`` and ``i2``) is rebuilt for every batch of that loop. With
+``"all"``, a value its tree reads under two labelings (``Y`` and ``Y`` with two labels
+swapped) is hoisted too: inside the loops each read slices a different piece, so each
+batch would build both. Fewer FLOPs for more memory: the budget planner prices both.
+
 Example:
     >>> from sq_jax.expr.nodes import Index
     >>> from sq_jax.expr.spaces import Spaces
@@ -29,7 +39,7 @@ from .._errors import AnnotationError
 from ..expr.nodes import Index
 from ..forest.dump import expr_text
 from ..forest.nodes import EvalNode
-from ..plan.annotate import AnnotatedForest, LoopOpen, OccurrenceId, summed_indices
+from ..plan.annotate import AnnotatedForest, LoopOpen, OccurrenceId, preorder, summed_indices
 from ..plan.batch import LoopKind
 from .ir import LoopId
 
@@ -51,6 +61,7 @@ class Occ:
     home_pos: tuple[int, ...] = ()  # carried positions an enclosing loop slices
     pos_loop: tuple[int, ...] = ()  # per carried position: loop id or -1 (enclosing or own)
     red: tuple[tuple[Index, int], ...] = ()  # (mode, loop id) of batched reductions
+    read_loops: tuple[int, ...] = ()  # hoisted: the loops its reader slices it by
 
 
 @dataclass(slots=True)
@@ -161,26 +172,38 @@ class Loops:
 def _walk(ann: AnnotatedForest) -> tuple[list[Occ], Loops]:
     """Pre-order walk of every tree: occurrences, enclosing loops, points (post-order)."""
     opens_at = ann.opens_by_occurrence()
+    hoist = ann.plan.hoist != "none"
+    memo: dict[int, frozenset[Index]] = {}
     occs: list[Occ] = []
     loops = Loops()
     point = 0
     for r, root in enumerate(ann.forest.roots):
         base = len(occs)
-        stack: list[tuple[EvalNode, int, tuple[int, ...]]] = [(root.node, -1, ())]
+        permuted = _permuted_reads(root.node) if ann.plan.hoist == "all" else set()
+        stack: list[tuple[EvalNode, int, tuple[int, ...], tuple[int, ...]]] = [
+            (root.node, -1, (), ())
+        ]
         while stack:
-            node, parent, ectx = stack.pop()
+            node, parent, ectx, read_loops = stack.pop()
             me = len(occs)
             oid = OccurrenceId(r, me - base)
             opens = opens_at.get(oid, ())
-            rec = Occ(node, oid, parent, ectx, opens)
+            rec = Occ(node, oid, parent, ectx, opens, read_loops=read_loops)
             occs.append(rec)
             own = tuple(loops.add(o.index, o.kind, me) for o in opens)
             rec.own_loops = own
             _check_opens(rec, occs, loops)
             if node.left is not None:
                 inner = ectx + own
-                stack.append((node.right, me, inner))  # type: ignore[arg-type]
-                stack.append((node.left, me, inner))
+                for child in (node.right, node.left):  # type: ignore[assignment]
+                    if hoist and inner and not child.is_leaf:
+                        labels = _labels(child, memo)
+                        if child.key in permuted or any(
+                            loops.mode[lp] not in labels for lp in inner
+                        ):
+                            stack.append((child, me, (), inner))  # built outside the loops
+                            continue
+                    stack.append((child, me, inner, ()))
         # children lists, then post-order points for this tree
         kids: dict[int, list[int]] = {}
         for k in range(base, len(occs)):
@@ -198,6 +221,38 @@ def _walk(ann: AnnotatedForest) -> tuple[list[Occ], Loops]:
             occs[k].point = point
             point += 1
     return occs, loops
+
+
+def _permuted_reads(top: EvalNode) -> set[str]:
+    """Keys of the values one tree reads under two labelings.
+
+    ``Y`` and ``Y`` with two labels swapped: inside the tree's loops each read would
+    slice a different piece, so each batch would build both.
+    """
+    seen: dict[str, set[tuple[Index, ...]]] = {}
+    for _, node in preorder(top):
+        if not node.is_leaf:
+            seen.setdefault(node.key, set()).add(node.indices)
+    return {key for key, labelings in seen.items() if len(labelings) > 1}
+
+
+def _labels(node: EvalNode, memo: dict[int, frozenset[Index]]) -> frozenset[Index]:
+    """Every label on a node of ``node``'s subtree (memoized per node object)."""
+    stack, order = [node], []
+    while stack:  # iterative: sums of thousands of terms are deep spines
+        n = stack.pop()
+        if id(n) in memo:
+            continue
+        order.append(n)
+        if n.left is not None:
+            stack += [n.left, n.right]  # type: ignore[list-item]
+    for n in reversed(order):
+        if id(n) not in memo:
+            out = frozenset(n.indices)
+            if n.left is not None:
+                out = out | memo[id(n.left)] | memo[id(n.right)]  # type: ignore[arg-type]
+            memo[id(n)] = out
+    return memo[id(node)]
 
 
 def _check_opens(rec: Occ, occs: list[Occ], loops: Loops) -> None:

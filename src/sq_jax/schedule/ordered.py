@@ -18,7 +18,8 @@ schedule"; SeQuant's design, re-derived here):
    innermost local loop (root if none). A value with a ``Reduction``/``LoopCarried`` role
    escapes: an output (``Sum``/``Scatter``) of every such loop, raw production at the
    innermost. Rule 4: a loop-local value read by a later pass of its own nest is also
-   scattered out of each of its local loops (and keeps its ``BuildStep``).
+   scattered out of each of its local loops (and keeps its ``BuildStep``); so is a
+   result that another tree reads inside a loop (results are returned whole).
 4. **Depths.** ``level.depth`` is a loop's 1-based position in the order of step 1: a
    stable identity, not the nesting depth.
 5. **Order.** Each block's steps are topologically sorted on the value dependencies
@@ -176,6 +177,8 @@ def _place(
     passes = forced_split_levels(deps, carried, reductions, inside, leaves)
 
     places = [_Place() for _ in range(n)]
+    # a root value is local to a loop only when another tree reads it inside that loop
+    results = set(rich.root_values)
     for v in range(n):
         if v in leaves:
             continue
@@ -194,6 +197,11 @@ def _place(
                     f"inside the deeper loop {loop_name(tree.deepest(local))}."
                 )
         materialized = False
+        if v in results:  # a result is returned whole: scatter it out of its local loops
+            for lp in local:
+                if lp not in pl.escapes:
+                    materialized = True
+                    pl.escapes[lp] = _SCATTER
         later = [r for r in cons[v] if passes[r] > passes[v]]
         mine = prod[v]
         if local and later and mine is not None:

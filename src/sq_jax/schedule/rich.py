@@ -57,7 +57,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .._errors import InternalScheduleError, LoopKindConflictError
@@ -67,7 +67,7 @@ from ..forest.nodes import EvalNode, NodeKind, stable_hash
 from ..plan.annotate import AnnotatedForest, LoopOpen, OccurrenceId
 from ..plan.batch import LoopKind
 from .ir import LoopId
-from .loop_identity import identify_loops, nesting_pairs
+from .loop_identity import Loops, Occ, identify_loops, nesting_pairs
 
 __all__ = [
     "OccurrenceRec",
@@ -109,6 +109,10 @@ class OccurrenceRec:
     """Which tree and pre-order position (``None`` for a hand-built record)."""
     node: EvalNode | None = field(default=None, compare=False, repr=False)
     """The eval node (``None`` for a hand-built record)."""
+    read_slot: tuple[int, ...] = ()
+    """A hoisted occurrence (built whole outside its reader's loops): per carried
+    position, the slot of the reader's loop that slices it on use, or -1. Empty
+    otherwise."""
 
     @property
     def is_root(self) -> bool:
@@ -126,6 +130,12 @@ class OccurrenceRec:
             >>> OccurrenceRec(0, 1, carried=(i1, i2), home=(i2,), loop_slot=(0, 1)).read_slices()
             ((1, ('i', 1)),)
         """
+        if self.read_slot:
+            return tuple(
+                (p, (ix.space, s))
+                for p, (ix, s) in enumerate(zip(self.carried, self.read_slot, strict=True))
+                if s >= 0
+            )
         return tuple(
             (p, (ix.space, s))
             for p, (ix, s) in enumerate(zip(self.carried, self.loop_slot, strict=False))
@@ -384,6 +394,7 @@ def build_rich_schedule(ann: AnnotatedForest) -> RichSchedule:
             contracted_batched=tuple(ix for ix, _ in rec.red),
             occurrence=rec.occ,
             node=rec.node,
+            read_slot=_read_slot(rec, loops, lambda lp: ids.get(loops.find(lp), ("", -1))[1]),
         )
     # a value is built from its first occurrence: only that occurrence reads its operands
     read = [rec.parent < 0 or members[cell_of[rec.parent]][0] == rec.parent for rec in occs]
@@ -406,6 +417,15 @@ def build_rich_schedule(ann: AnnotatedForest) -> RichSchedule:
         loop_order=tuple(sorted((a, b, w) for (a, b), w in order.items())),
         root_values=roots,
     )
+
+
+def _read_slot(rec: Occ, loops: Loops, slot: Callable[[int], int]) -> tuple[int, ...]:
+    """Per carried position of a hoisted occurrence, the slot its reader slices it by."""
+    if not rec.read_loops:
+        return ()
+    by_mode = {loops.mode[lp]: lp for lp in rec.read_loops}
+    out = tuple(slot(by_mode[ix]) if ix in by_mode else -1 for ix in rec.node.indices)
+    return out if any(s >= 0 for s in out) else ()
 
 
 def _make_cell(
