@@ -78,9 +78,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
@@ -88,6 +86,15 @@ from typing import Any
 from ..expr.nodes import Expr, Index, Power, Product, Sum, Tensor, Variable
 from ..expr.spaces import Spaces
 from ._bilinear import Block, find_blocks
+from ._factor_modes import (
+    BLOCKS,
+    ENABLED,
+    PRICES,
+    priced_once,
+    unfactored,
+    with_blocks,
+    without_blocks,
+)
 from ._sharing import GroupSharing, current_sharing, sharing_groups
 from .binarize import binarize
 from .canon import leaf_node, product_node, scalar_node, sum_node
@@ -103,100 +110,8 @@ __all__ = [
     "with_blocks",
     "without_blocks",
 ]
-# GroupSharing and sharing_groups live in ._sharing; re-exported here for the builder
-
-_ENABLED: ContextVar[bool] = ContextVar("sq_jax_factoring", default=True)
-# off by default: a block trades memory for FLOPs (build_forest(..., dress=True) asks)
-_BLOCKS: ContextVar[bool] = ContextVar("sq_jax_bilinear_blocks", default=False)
-_PRICES: ContextVar[dict | None] = ContextVar("sq_jax_factor_prices", default=None)
-
-
-@contextmanager
-def priced_once() -> Iterator[None]:
-    """Within this block, products are binarized and priced once (one forest's builds).
-
-    Example:
-        >>> import sq_jax as sq
-        >>> (eq,) = sq.parse("R{a1;i1} = f{a1;a2} t{a2;i1} + f{a1;a3} u{a3;i1}")
-        >>> with priced_once():
-        ...     once = factor_terms(eq.rhs.terms, eq.lhs.indices, sq.Spaces(i=4, a=30))
-        ...     again = factor_terms(eq.rhs.terms, eq.lhs.indices, sq.Spaces(i=4, a=30))
-        >>> once == again
-        True
-    """
-    token = _PRICES.set({})
-    try:
-        yield
-    finally:
-        _PRICES.reset(token)
-
-
-@contextmanager
-def with_blocks(enabled: bool = True) -> Iterator[None]:
-    """Within this block, sums may form bilinear blocks (``enabled``) or not.
-
-    :func:`~sq_jax.forest.build.build_forest` uses it for its ``dress=`` option.
-
-    Example:
-        >>> import sq_jax as sq
-        >>> from sq_jax.cc.equations import load_equations
-        >>> eqs, spaces = sq.parse(load_equations("ccsd_cs")), sq.Spaces(i=21, a=93)
-        >>> with with_blocks():
-        ...     dressed = sq.build_forest(eqs, spaces)
-        >>> dressed.flops < sq.build_forest(eqs, spaces).flops
-        True
-    """
-    token = _BLOCKS.set(enabled)
-    try:
-        yield
-    finally:
-        _BLOCKS.reset(token)
-
-
-@contextmanager
-def without_blocks() -> Iterator[None]:
-    """Within this block, sums form no bilinear blocks (:mod:`sq_jax.forest._bilinear`).
-
-    Why: a block trades memory for FLOPs — closed-shell CCSD's dressed ladder
-    ``g_vvvv − 2 t1·g_vvvo`` is a v⁴ intermediate (and its dressing another), where the
-    undressed forest keeps o³v-sized ones; this gives the lean forest back.
-
-    Example:
-        >>> import sq_jax as sq
-        >>> from sq_jax.cc.equations import load_equations
-        >>> eqs, spaces = sq.parse(load_equations("ccsd_cs")), sq.Spaces(i=21, a=93)
-        >>> with without_blocks():
-        ...     lean = sq.build_forest(eqs, spaces)
-        >>> sq.build_forest(eqs, spaces, dress=True).flops < lean.flops
-        True
-    """
-    token = _BLOCKS.set(False)
-    try:
-        yield
-    finally:
-        _BLOCKS.reset(token)
-
-
-@contextmanager
-def unfactored() -> Iterator[None]:
-    """Within this block, :func:`factor_terms` returns every sum's terms unchanged.
-
-    Used to build the unfactored forest of the same equations (the reference evaluator's
-    oracle, and FLOP comparisons).
-
-    Example:
-        >>> import sq_jax as sq
-        >>> eqs = sq.parse("R{a1;i1} = f{a1;a2} t{a2;i1} + f{a1;a3} u{a3;i1}")
-        >>> with unfactored():
-        ...     flat = sq.build_forest(eqs, sq.Spaces(i=4, a=30))
-        >>> flat.flops > sq.build_forest(eqs, sq.Spaces(i=4, a=30)).flops
-        True
-    """
-    token = _ENABLED.set(False)
-    try:
-        yield
-    finally:
-        _ENABLED.reset(token)
+# GroupSharing and sharing_groups live in ._sharing, the switches in ._factor_modes;
+# re-exported here for the builder
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +163,7 @@ def factor_terms(
         2
     """
     out = list(terms)
-    if not _ENABLED.get() or len(out) < 2:
+    if not ENABLED.get() or len(out) < 2:
         return out
     result = tuple(result)
     sharing = current_sharing()
@@ -262,7 +177,7 @@ def factor_terms(
     blocks: list[Block] = []
     taken: set[int] = set()
     found: list[Block] = []
-    if _BLOCKS.get() and (sharing is None or sharing.blocks):
+    if BLOCKS.get() and (sharing is None or sharing.blocks):
         base = _base(plain, result)
         found = find_blocks(
             plain, groups, result, spaces, optimize, base, ledger.group_worth(result)
@@ -323,7 +238,7 @@ def _price(
     Memoized within :func:`priced_once` (the builder's builds of one forest price the same
     products; spaces and optimizer are fixed there).
     """
-    cache = _PRICES.get()
+    cache = PRICES.get()
     memo = (tuple(factors), tuple(result))
     if cache is not None and memo in cache:
         return cache[memo]
