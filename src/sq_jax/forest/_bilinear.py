@@ -23,12 +23,13 @@ after renaming each pulled factor's summed labels in slot order (as the pass doe
 
 Example (``g`` pulled out of two terms, ``h·s`` dressing it):
     >>> import sq_jax as sq
-    >>> from sq_jax.forest.factor import factor_terms
+    >>> from sq_jax.forest.factor import factor_terms, with_blocks
     >>> (eq,) = sq.parse(
     ...     "R{a1;i1} = g{a1;a2} t{a2,a3;i1,i2} x{a3;i2} + g{a1;a2} t{a2;i1}"
     ...     " - h{a1;a2;i3} s{i3} t{a2,a3;i1,i2} x{a3;i2} - h{a1;a2;i3} s{i3} t{a2;i1}"
     ... )
-    >>> (term,) = factor_terms(eq.rhs.terms, eq.lhs.indices, sq.Spaces(i=8, a=9))
+    >>> with with_blocks():  # blocks are opt-in (build_forest(..., dress=True))
+    ...     (term,) = factor_terms(eq.rhs.terms, eq.lhs.indices, sq.Spaces(i=8, a=9))
     >>> print(str(term).replace(":N-C-S", ""))
     (t{a_4;i_1} + t{a_4,a_5;i_1,i_6} * x{a_5;i_6}) * (g{a_1;a_4} - 1 h{a_1;a_4;i_3} * s{i_3})
 """
