@@ -7,14 +7,7 @@ each sum's choices, then again with that record: each sum of
 :func:`sq_jax.forest.factor.factor_terms` prices a group value that *another* sum chose
 as already paid, and the builder keeps the cheaper forest.
 
-Example:
-    >>> import sq_jax as sq
-    >>> from sq_jax.forest.factor import factor_terms
-    >>> (eq,) = sq.parse("R{a1;i1} = f{a1;a2} t{a2;i1} + f{a1;a3} u{a3;i1}")
-    >>> with sharing_groups() as record:
-    ...     _ = factor_terms(eq.rhs.terms, eq.lhs.indices, sq.Spaces(i=4, a=30))
-    >>> [len(keys) for keys in record.chosen.values()]
-    [1]
+The example is :func:`sharing_groups`'s.
 """
 
 from __future__ import annotations

@@ -17,15 +17,10 @@ loops of a residual over ``i1`` and ``i2``) is rebuilt for every batch of that l
 swapped) is hoisted too: inside the loops each read slices a different piece, so each
 batch would build both. Fewer FLOPs for more memory: the budget planner prices both.
 
-Example:
-    >>> from sq_jax.expr.nodes import Index
-    >>> from sq_jax.expr.spaces import Spaces
-    >>> from sq_jax.forest.nodes import EvalNode, Forest, NodeKind, Root
+Example (``B[i3, i4] = A[i3] A[i4]`` with ``i`` in 2 batches: one loop per result index):
+    >>> import sq_jax as sq
     >>> from sq_jax.plan import BatchPlan, annotate
-    >>> i3, i4 = Index("i", 3), Index("i", 4)
-    >>> outer = EvalNode(NodeKind.PRODUCT, (i3, i4), "B",
-    ...     EvalNode(NodeKind.LEAF, (i3,), "A"), EvalNode(NodeKind.LEAF, (i4,), "A"))
-    >>> forest = Forest((Root("B", (i3, i4), outer),), Spaces(i=8))
+    >>> forest = sq.build_forest(sq.parse("B{i3;i4} = A{i3} A{i4}"), sq.Spaces(i=8))
     >>> occs, loops, ids = identify_loops(annotate(forest, BatchPlan.of({"i": 2})))
     >>> [o.point for o in occs], sorted(ids.values())
     ([2, 0, 1], [('i', 0), ('i', 1)])
