@@ -54,3 +54,29 @@ def solve_jacobi_diis(
             return e, t1, t2, it, True
         e_old = e
     return e, t1, t2, max_iter, False
+
+
+def denominators(f, nocc):
+    """D1[a, i] = f_ii − f_aa and D2[a, b, i, j] = f_ii + f_jj − f_aa − f_bb."""
+    e = np.diag(np.asarray(f))
+    d1 = e[None, :nocc] - e[nocc:, None]
+    return d1, d1[:, None, :, None] + d1[None, :, None, :]
+
+
+def mp2_guess(f, g, nocc):
+    """The usual starting amplitudes t1 = f_ai / D1, t2 = g[a, b, i, j] / D2."""
+    d1, d2 = denominators(f, nocc)
+    f, g = np.asarray(f), np.asarray(g)
+    return f[nocc:, :nocc] / d1, g[nocc:, nocc:, :nocc, :nocc] / d2
+
+
+def solve_ccsd_with(residuals, energy, f, g, nocc, **options):
+    """Jacobi + DIIS from the MP2 guess for an oracle's ``residuals``/``energy``."""
+    f, g = np.asarray(f), np.asarray(g)
+    return solve_jacobi_diis(
+        lambda t1, t2: residuals(f, g, t1, t2, nocc),
+        lambda t1, t2: energy(f, g, t1, t2, nocc),
+        mp2_guess(f, g, nocc),
+        denominators(f, nocc),
+        **options,
+    )
