@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._errors import PlanError
-from .budget import fit_to_budget, plan_for_budget
+from .budget import fit_to_budget
 from .expr.nodes import Equation
 from .expr.parse import parse
 from .expr.spaces import Spaces
@@ -29,20 +29,11 @@ from .schedule import schedule_forest
 __all__ = ["compile"]
 
 
-def _plan(
-    batch: BatchPlan | Mapping[str, Any] | None, memory_budget: int | str | None, forest: Forest
-) -> BatchPlan:
-    if memory_budget is not None:
-        if batch is not None:
-            raise PlanError(
-                f"got both batch={batch!r} and memory_budget={memory_budget!r}; pass one: "
-                "batch= fixes the plan, memory_budget= lets sq_jax choose it."
-            )
-        return plan_for_budget(forest, memory_budget)
+def _user_plan(batch: BatchPlan | Mapping[str, Any] | None, forest: Forest) -> BatchPlan:
+    """The caller's batch plan, checked strictly: nothing in it is silently ignored."""
     if batch is None:
         return BatchPlan()
     plan = batch if isinstance(batch, BatchPlan) else BatchPlan.of(batch)
-    # the user's plan is checked strictly: nothing in it is silently ignored or clamped
     used = {ix.space for node in forest.distinct() for ix in node.indices}
     plan.resolved(forest.spaces, used)
     return plan
@@ -123,7 +114,12 @@ def compile(
         lowered = lower_schedule(scheduled)  # must follow the schedule: reads its block tree
         return make_program(scheduled, lowered, remat=remat, shard=shard)  # one jax.jit
 
-    if memory_budget is not None and batch is None:
-        # the planner's choice, held to XLA's own figures (tightened while it measures over)
-        return fit_to_budget(forest, memory_budget, build)
-    return build(_plan(batch, memory_budget, forest))  # the user's batching (or none)
+    if memory_budget is None:
+        return build(_user_plan(batch, forest))  # the user's batching (or none)
+    if batch is not None:
+        raise PlanError(
+            f"got both batch={batch!r} and memory_budget={memory_budget!r}; pass one: "
+            "batch= fixes the plan, memory_budget= lets sq_jax choose it."
+        )
+    # the planner's choice, held to XLA's own figures (tightened while it measures over)
+    return fit_to_budget(forest, memory_budget, build)
