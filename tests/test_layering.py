@@ -2,10 +2,12 @@
 
 The stages, bottom first (a module may import its own stage and any stage below it):
 
-    _errors  <  _units  <  expr  <  forest  <  plan  <  schedule  <  lower  <  budget
+    _errors  <  _units  <  expr  <  forest, derive  <  plan  <  schedule  <  lower  <  budget
         <  _pipeline  <  cc, viz  <  sq_jax (the package's public facade)
 
-Stages of equal rank (``cc`` and ``viz``) may not import each other.
+Stages of equal rank (``forest`` and ``derive``; ``cc`` and ``viz``) may not import each
+other. ``derive`` (CC equation derivation) only writes equation text, so it sits just
+above ``expr``, below ``cc``, whose drivers derive equations on demand.
 
 The rule is checked on the source, not on ``sys.modules``: each module under
 ``src/sq_jax`` is parsed with :mod:`ast`, its relative imports are resolved, and every
@@ -34,6 +36,7 @@ STAGES: dict[str, int] = {
     "_errors": 0,
     "_units": 1,
     "expr": 2,
+    "derive": 3,
     "forest": 3,
     "plan": 4,
     "schedule": 5,

@@ -14,6 +14,7 @@ import jax as _jax
 
 _jax.config.update("jax_enable_x64", True)
 
+from . import derive as derive  # noqa: E402
 from ._errors import ConvergenceError as ConvergenceError  # noqa: E402
 from ._errors import ExpressionError as ExpressionError  # noqa: E402
 from ._errors import InputError as InputError  # noqa: E402
