@@ -57,7 +57,8 @@ def test_ccd_converges():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"method": "ccsdt"}, "unknown method 'ccsdt'"),
+        ({"method": "cisd"}, "unknown method 'cisd'"),
+        ({"method": "ccsdt", "closed_shell": True}, "no shipped equations for ccsdt"),
         ({"solver": "bfgs"}, "unknown solver 'bfgs'"),
         ({"system": 42}, "system must be None"),
     ],

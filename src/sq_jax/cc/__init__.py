@@ -10,6 +10,7 @@ Example:
 from .drivers import CCRun as CCRun
 from .drivers import ccd as ccd
 from .drivers import ccsd as ccsd
+from .drivers import ccsdt as ccsdt
 from .drivers import solve_cc as solve_cc
 from .eom import EOMResult as EOMResult
 from .eom import eom_ee as eom_ee

@@ -24,6 +24,7 @@ import numpy as np
 
 from .._errors import InputError
 from .._pipeline import compile as compile_program
+from ..derive import cc_equations, model_ranks
 from ..expr.parse import parse
 from ..expr.spaces import Spaces
 from ..forest.inputs import input_specs
@@ -46,11 +47,24 @@ from .solvers import (
     solve_newton_krylov,
 )
 
-__all__ = ["CCRun", "ccd", "ccsd", "solve_cc"]
+__all__ = ["CCRun", "ccd", "ccsd", "ccsdt", "solve_cc"]
 
-T1, T2 = "t{a;i}", "t{a,a;i,i}"
-_RESIDUAL_OF = {"R1": T1, "R2": T2}
-METHODS = ("ccd", "ccsd")
+
+def amplitude_key(rank: int) -> str:
+    """The input name of the rank-n amplitude: ``t{a;i}``, ``t{a,a;i,i}``, ….
+
+    Example:
+        >>> amplitude_key(3)
+        't{a,a,a;i,i,i}'
+    """
+    return "t{" + ",".join("a" * rank) + ";" + ",".join("i" * rank) + "}"
+
+
+T1, T2 = amplitude_key(1), amplitude_key(2)
+_RESIDUAL_OF = {f"R{n}": amplitude_key(n) for n in range(1, 7)}
+METHODS = ("ccd", "ccsd", "ccsdt", "ccsdtq")
+"""Named methods; on the spin-orbital route any model of :func:`sq_jax.derive.model_ranks`
+is accepted, its equations shipped (``ccsdt_so``) or derived when asked for."""
 SOLVERS = ("diis", "newton")
 
 
@@ -59,7 +73,7 @@ class CCRun:
     """A finished coupled-cluster calculation.
 
     Attributes:
-        method: ``"ccsd"`` or ``"ccd"``.
+        method: ``"ccsd"``, ``"ccd"``, ``"ccsdt"``, ….
         closed_shell: whether spin-adapted (spatial-orbital) equations were used.
         result: the solver's :class:`~sq_jax.cc.solvers.CCResult` (correlation energy,
             amplitudes, status, history, timings).
@@ -279,7 +293,10 @@ def solve_cc(
         system: ``None`` for the shipped H2O/STO-3G, a PySCF RHF, UHF or ROHF object
             (UHF and ROHF on the spin-orbital route; ROHF as PySCF runs it, converted to
             UHF), or integrals (:class:`SpinOrbitalIntegrals` / :class:`SpatialIntegrals`).
-        method: ``"ccsd"`` or ``"ccd"``.
+        method: ``"ccsd"`` or ``"ccd"`` (both routes); on the spin-orbital route without
+            density fitting also ``"ccsdt"`` (shipped ``ccsdt_so``) and any other model
+            name of :func:`sq_jax.derive.model_ranks` (``"ccsdtq"``, ``"ccdt"``, …),
+            whose equations are derived on demand. Amplitudes above T2 start at zero.
         closed_shell: use the spin-adapted equations over spatial orbitals.
         solver: ``"diis"`` (Jacobi + DIIS, as PySCF) or ``"newton"`` (Newton–Krylov).
         batch: a batch plan for the residual program, e.g. ``{"a": 4}``.
@@ -326,23 +343,16 @@ def solve_cc(
         >>> solve_cc(method="ccd", max_cycle=0).result.iterations  # PySCF's name
         0
     """
-    if method not in METHODS:
-        raise InputError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}.")
+    text = _equation_text(method, closed_shell, df)
     solver_options = _solver_options(solver, solver_options)
     _check_reference(system)
-    name = f"{method}_{'cs' if closed_shell else 'so'}{'_df' if df else ''}"
-    if name not in available():
-        raise InputError(
-            f"no shipped equations for {method} with closed_shell={closed_shell}, df={df} "
-            f"(available: {', '.join(available())})."
-        )
     ints = _integrals(system, closed_shell, df, auxbasis, frozen)
     is_blocks = isinstance(ints, BlockBuilder)
     spin_positions = ints.spin_positions if is_blocks else None
     if system is None and not closed_shell and not is_blocks:  # the shipped, interleaved
         spin_positions = block_builder(None, spin_orbital=True, frozen=frozen).spin_positions
     spaces = ints.spaces() if is_blocks else Spaces(i=ints.nocc, a=ints.nvirt)
-    equations = parse(load_equations(name), spaces=spaces)
+    equations = parse(text, spaces=spaces)
     residual_eqs = [eq for eq in equations if eq.name in _RESIDUAL_OF]
     energy_eqs = [eq for eq in equations if eq.name == "E"]
     budget = {} if memory_budget is None else {"memory_budget": memory_budget}
@@ -366,12 +376,11 @@ def solve_cc(
     def energy_fn(t: Mapping[str, Any]) -> Any:
         return energy_program({**fixed_e, **_read_by(energy_program, t)})["E"]
 
-    d1, d2 = ints.denominators()
+    d1, _ = ints.denominators()
     m1, m2 = ints.mp2_amplitudes()
-    start = {T1: jnp.asarray(m1), T2: jnp.asarray(m2)}
-    denominators = {T1: d1, T2: d2}
-    t0 = {k: start[k] for k in keys}
-    dens = {k: denominators[k] for k in keys}
+    start = {T1: jnp.asarray(m1), T2: jnp.asarray(m2)}  # MP2; higher ranks start at zero
+    dens = {key: _denominator(d1, key.count("a")) for key in keys}
+    t0 = {k: start[k] if k in start else jnp.zeros(dens[k].shape) for k in keys}
     label = method.upper()
     if solver == "diis":
         result = solve_diis(
@@ -403,6 +412,42 @@ def solve_cc(
     )
 
 
+def _equation_text(method: str, closed_shell: bool, df: bool) -> str:
+    """The equations of ``method`` on the route: shipped, or derived (spin-orbital only)."""
+    try:  # any model name derive knows, e.g. "ccsdtqp" or "ccdt", in lower case
+        model_ranks(method)
+        known = method == method.lower()
+    except InputError:
+        known = False
+    if not known:
+        raise InputError(
+            f"unknown method {method!r}; expected one of {', '.join(METHODS)}, or on the "
+            "spin-orbital route any lower-case 'cc' + excitation letters in increasing order "
+            "(s, d, t, q, p, h), e.g. 'ccsdtqp'."
+        )
+    name = f"{method}_{'cs' if closed_shell else 'so'}{'_df' if df else ''}"
+    if name in available():
+        return load_equations(name)
+    if closed_shell or df:
+        raise InputError(
+            f"no shipped equations for {method} with closed_shell={closed_shell}, df={df} "
+            f"(available: {', '.join(available())}); {method} runs on the spin-orbital "
+            "route without density fitting (closed_shell=False, df=False)."
+        )
+    return cc_equations(method)  # derived on demand, e.g. ccsdtq (well under a second)
+
+
+def _denominator(d1: Any, rank: int) -> np.ndarray:
+    """D_n[a_1..a_n, i_1..i_n] = Σ_k (f_{i_k i_k} − f_{a_k a_k}) from D1[a, i]."""
+    d1 = np.asarray(d1)
+    total = np.zeros((d1.shape[0],) * rank + (d1.shape[1],) * rank)
+    for k in range(rank):
+        shape = [1] * (2 * rank)
+        shape[k], shape[rank + k] = d1.shape
+        total = total + d1.reshape(shape)
+    return total
+
+
 def ccsd(system: Any = None, **options: Any) -> CCRun:
     """CCSD: :func:`solve_cc` with ``method="ccsd"``.
 
@@ -411,6 +456,22 @@ def ccsd(system: Any = None, **options: Any) -> CCRun:
         -75.012462
     """
     return solve_cc(system, method="ccsd", **options)
+
+
+def ccsdt(system: Any = None, **options: Any) -> CCRun:
+    """CCSDT: :func:`solve_cc` with ``method="ccsdt"`` (spin-orbital, shipped ``ccsdt_so``).
+
+    T3 starts at zero; its Jacobi denominator is f_ii + f_jj + f_kk − f_aa − f_bb − f_cc.
+
+    Example:
+        >>> from sq_jax.cc.integrals import default_system
+        >>> from sq_jax.cc.orbitals import freeze_integrals
+        >>> small = freeze_integrals(default_system(), list(range(8)))  # 2 electrons
+        >>> run = ccsdt(small)
+        >>> run.converged, sorted(run.result.amplitudes)[-1]
+        (True, 't{a,a,a;i,i,i}')
+    """
+    return solve_cc(system, method="ccsdt", **options)
 
 
 def ccd(system: Any = None, **options: Any) -> CCRun:
