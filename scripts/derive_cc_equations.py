@@ -16,9 +16,10 @@ from sq_jax.derive import cc_equations, model_ranks
 
 FOLDER = Path(__file__).resolve().parents[1] / "src" / "sq_jax" / "cc" / "equations"
 HEADER = """\
-# {name}: spin-orbital {upper} residual equations in SeQuant's text syntax, one equation per line.
-# Terms {counts}. Derived by sq_jax.derive (Wick's theorem on e^(-T) H_N e^(T), connected
-# terms, canonicalised, like terms collected) with:
+# {name}: spin-orbital {upper} residual equations in SeQuant's text syntax, one per line.
+# Terms {counts}.
+# Derived by sq_jax.derive (Wick's theorem on e^(-T) H_N e^(T), connected terms,
+# canonicalised, like terms collected) with:
 #     .venv/bin/python scripts/derive_cc_equations.py {model}
 # t{{a_1..a_n;i_1..i_n}} = Tn[a..,i..]; f{{p;q}} = F[p,q]; g{{p,q;r,s}}:A = <pq||rs>.
 # Â{{i..;a..}} = unnormalized signed sum over permutations of the i's and, independently, of

@@ -27,8 +27,10 @@ from .._pipeline import compile as compile_program
 from ..derive import cc_equations, model_ranks
 from ..expr.parse import parse
 from ..expr.spaces import Spaces
+from ..expr.validate import validate
 from ..forest.inputs import input_specs
 from ..lower.program import Program
+from .antisymmetrizer import apply_antisymmetrizer, strip_antisymmetrizers
 from .blocks import BlockBuilder, block_builder, read_blocks
 from .equations import available, load_equations
 from .integrals import (
@@ -89,6 +91,10 @@ class CCRun:
         integrals: the integral arrays the programs read, keyed by input name (``"f"``,
             ``"g"``, or block keys), so that Λ, densities and EOM can re-evaluate the
             residual at the converged amplitudes.
+        antisymmetrized_after: residual name → rank n for the residuals whose ``Â`` the
+            program does not compute (triples and up, see
+            :mod:`sq_jax.cc.antisymmetrizer`): R_n is
+            ``apply_antisymmetrizer(residual_program(...)[name], n)``. Empty for CCSD.
     """
 
     method: str
@@ -103,6 +109,7 @@ class CCRun:
     integrals: Mapping[str, Any] = dataclasses.field(
         default_factory=dict, repr=False, compare=False
     )
+    antisymmetrized_after: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def e_corr(self) -> float:
@@ -352,7 +359,14 @@ def solve_cc(
     if system is None and not closed_shell and not is_blocks:  # the shipped, interleaved
         spin_positions = block_builder(None, spin_orbital=True, frozen=frozen).spin_positions
     spaces = ints.spaces() if is_blocks else Spaces(i=ints.nocc, a=ints.nvirt)
-    equations = parse(text, spaces=spaces)
+    # From triples on, Â (n!² permutations) is applied to the program's output rather
+    # than expanded into the text the compiler factors (36x, 576x the terms).
+    deferred = max(model_ranks(method)) >= 3
+    equations = parse(text, spaces=spaces, expand_symmetrizers=not deferred, validate=not deferred)
+    after: dict[str, int] = {}
+    if deferred:
+        equations, after = strip_antisymmetrizers(equations)
+        validate(equations, spaces)
     residual_eqs = [eq for eq in equations if eq.name in _RESIDUAL_OF]
     energy_eqs = [eq for eq in equations if eq.name == "E"]
     budget = {} if memory_budget is None else {"memory_budget": memory_budget}
@@ -371,6 +385,7 @@ def solve_cc(
 
     def residual_fn(t: Mapping[str, Any]) -> dict[str, Any]:
         out = residual_program({**fixed_r, **t})
+        out = {k: apply_antisymmetrizer(v, after[k]) if k in after else v for k, v in out.items()}
         return {_RESIDUAL_OF[k]: v for k, v in out.items()}
 
     def energy_fn(t: Mapping[str, Any]) -> Any:
@@ -409,6 +424,7 @@ def solve_cc(
         ints.nvirt,
         spin_positions,
         integrals,
+        after,
     )
 
 
@@ -468,8 +484,8 @@ def ccsdt(system: Any = None, **options: Any) -> CCRun:
         >>> from sq_jax.cc.orbitals import freeze_integrals
         >>> small = freeze_integrals(default_system(), list(range(8)))  # 2 electrons
         >>> run = ccsdt(small)
-        >>> run.converged, sorted(run.result.amplitudes)[-1]
-        (True, 't{a,a,a;i,i,i}')
+        >>> run.converged, run.result.amplitudes["t{a,a,a;i,i,i}"].shape
+        (True, (4, 4, 4, 2, 2, 2))
     """
     return solve_cc(system, method="ccsdt", **options)
 

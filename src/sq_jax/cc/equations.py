@@ -25,6 +25,7 @@ name            equations                                  terms (E, R1, R2)
 ==============  =========================================  ===================
 ``ccsd_so``     spin-orbital CCSD                          3, 14, 31
 ``ccd_so``      spin-orbital CCD                           1, —, 10
+``ccsdt_so``    spin-orbital CCSDT (derived)               3, 15, 37; R3 47
 ``ccsd_cs``     closed-shell CCSD                          5, 26, 55
 ``ccd_cs``      closed-shell CCD                           2, —, 20
 ``ccsd_cs_df``  closed-shell CCSD, density-fitted ``g``    5, 26, 55
@@ -36,12 +37,15 @@ files were obtained by integrating out the spin of ``ccsd_so`` (αβ projection)
 combining equal terms (``scripts/spin_trace_cs.py``); their R1/R2 term counts happen to
 equal those of SeQuant's biorthogonal closed-shell CCSD, but the coefficients differ (a
 different projection). ``ccsd_so_df`` is ``ccsd_so`` with each g-term split in two
-(``scripts/write_so_df_equations.py``).
+(``scripts/write_so_df_equations.py``). ``ccsdt_so`` is derived, not typed:
+``scripts/derive_cc_equations.py ccsdt`` writes it from :func:`sq_jax.derive.cc_equations`
+(its R1/R2 have more terms than ``ccsd_so``'s: those holding T3); the drivers apply its
+``Â`` to the program's output (:mod:`sq_jax.cc.antisymmetrizer`).
 
 Example:
     >>> from sq_jax.cc.equations import available, load_equations
     >>> available()
-    ('ccd_cs', 'ccd_so', 'ccsd_cs', 'ccsd_cs_df', 'ccsd_so', 'ccsd_so_df')
+    ('ccd_cs', 'ccd_so', 'ccsd_cs', 'ccsd_cs_df', 'ccsd_so', 'ccsd_so_df', 'ccsdt_so')
     >>> load_equations("ccd_so").splitlines()[0]
     'E = 1/4 g{i_1,i_2;a_1,a_2}:A * t{a_1,a_2;i_1,i_2}:A'
 """

@@ -1,0 +1,134 @@
+"""Residuals with the antisymmetrizer ``Â`` applied to the program's output, not expanded.
+
+A spin-orbital residual is written ``R_n = Σ c Â{i..;a..} X`` with the unnormalised
+``Â`` (n!² signed permutations). Expanding ``Â`` in the text multiplies the terms the
+compiler must factor by n!² (36 for triples, 576 for quadruples), which dominates the
+compile time from CCSDT on. Since ``Â`` is linear, ``R_n = Â (Σ c X)``: the program can
+compute the unsymmetrised sum, and ``Â`` is applied to the array afterwards
+(2·n! transposes, the permutations of the virtual and of the occupied axes).
+
+:func:`strip_antisymmetrizers` rewrites the equations; :func:`apply_antisymmetrizer`
+is the numerical ``Â``.
+
+Example:
+    >>> import sq_jax as sq
+    >>> eqs = sq.parse(
+    ...     "R2{a1,a2;i1,i2} = 1/4 Â{i1,i2;a1,a2} g{a1,a2;i1,i2}",
+    ...     expand_symmetrizers=False,
+    ...     validate=False,
+    ... )
+    >>> stripped, ranks = strip_antisymmetrizers(eqs)
+    >>> str(stripped[0].rhs), ranks
+    ('1/4 g{a_1,a_2;i_1,i_2}:N-C-S', {'R2': 2})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import jax.numpy as jnp
+
+from .._errors import ExpressionError
+from ..expr.nodes import Equation, Expr, Product, Sum, Tensor
+
+__all__ = ["apply_antisymmetrizer", "strip_antisymmetrizers"]
+
+_HAT_A = "Â"
+
+
+def strip_antisymmetrizers(
+    equations: Sequence[Equation],
+) -> tuple[tuple[Equation, ...], dict[str, int]]:
+    """Drop the common leading ``Â`` of each residual equation.
+
+    Args:
+        equations: equations parsed with ``expand_symmetrizers=False``. An equation
+            whose terms all start with ``Â{i_1..i_n;a_1..a_n}``, the lhs's indices, loses
+            it; an equation with no ``Â`` at all (the energy) is kept as it is.
+
+    Returns:
+        The rewritten equations, and result name → n for each that lost an ``Â``.
+
+    Raises:
+        ExpressionError: an equation where only some terms have ``Â``, or an ``Â`` that
+            is not the lhs's ``{i..;a..}``.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> eqs = sq.parse("E = f{i1;a1} t{a1;i1}", expand_symmetrizers=False)
+        >>> strip_antisymmetrizers(eqs)[1]
+        {}
+    """
+    out, ranks = [], {}
+    for eq in equations:
+        terms = eq.rhs.terms if isinstance(eq.rhs, Sum) else (eq.rhs,)
+        heads = [_head(t) for t in terms]
+        if all(h is None for h in heads):
+            out.append(eq)
+            continue
+        lhs = eq.lhs
+        want = (lhs.ket, lhs.bra) if isinstance(lhs, Tensor) else None
+        bad = [str(t) for t, h in zip(terms, heads, strict=True) if h is None or h != want]
+        if bad:
+            raise ExpressionError(
+                f"cannot apply the antisymmetrizer of `{eq.name}` to its result: every term "
+                f"must start with Â{{ket;bra}} of the left-hand side; these do not: "
+                f"{'; '.join(bad[:3])}. Parse with expand_symmetrizers=True instead."
+            )
+        rhs: Expr = Sum(tuple(_without_head(t) for t in terms))
+        out.append(dataclasses.replace(eq, rhs=rhs if len(terms) > 1 else rhs.terms[0]))
+        ranks[eq.name] = len(lhs.bra)
+    return tuple(out), ranks
+
+
+def apply_antisymmetrizer(x: Any, rank: int) -> Any:
+    """``Â`` on an array T[a_1..a_n, i_1..i_n]: the unnormalised signed permutation sum.
+
+    Args:
+        x: an array of rank 2n, virtual axes first.
+        rank: n.
+
+    Returns:
+        Σ_σ,τ sign(σ) sign(τ) x with the virtual axes permuted by σ and the occupied
+        ones by τ (n!² terms, computed as two sums of n! transposes).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> x = jnp.zeros((2, 2, 2, 2)).at[0, 1, 0, 1].set(1.0)
+        >>> float(apply_antisymmetrizer(x, 2)[1, 0, 0, 1])
+        -1.0
+    """
+    x = jnp.asarray(x)
+    if rank < 2:
+        return x
+    perms = list(itertools.permutations(range(rank)))
+    for lo in (0, rank):
+        acc = jnp.zeros_like(x)
+        for perm in perms:
+            axes = list(range(2 * rank))
+            axes[lo : lo + rank] = [lo + p for p in perm]
+            acc = acc + _sign(perm) * jnp.transpose(x, axes)
+        x = acc
+    return x
+
+
+def _head(term: Expr) -> tuple[tuple, tuple] | None:
+    """(bra, ket) of the ``Â`` leading a product, else ``None``."""
+    if isinstance(term, Product) and term.factors:
+        first = term.factors[0]
+        if isinstance(first, Tensor) and first.label == _HAT_A:
+            return (first.bra, first.ket)
+    return None
+
+
+def _without_head(term: Expr) -> Expr:
+    assert isinstance(term, Product)  # checked by _head
+    return Product(term.scalar, term.factors[1:])
+
+
+def _sign(perm: tuple[int, ...]) -> int:
+    inversions = sum(1 for a, b in itertools.combinations(perm, 2) if a > b)
+    return -1 if inversions % 2 else 1
