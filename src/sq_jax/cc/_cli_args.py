@@ -284,7 +284,7 @@ def check_cc_args(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``sq-jax`` (commands ``ccsd``, ``ccd``, ``schedule``).
+    """The parser of ``sq-jax`` (commands ``ccsd``, ``ccd``, ``ccsdt``, ``schedule``).
 
     Example:
         >>> build_parser().parse_args(["ccd", "--max-iter", "3"]).max_iter
@@ -296,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
         "tensor equations, compiled by sq_jax.",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for method in ("ccsd", "ccd"):
+    for method in ("ccsd", "ccd", "ccsdt"):
         add_cc_options(sub.add_parser(method, help=f"solve {method.upper()} and print the energy"))
     s = sub.add_parser("schedule", help="print the ordered schedule of equations")
     s.add_argument(
