@@ -180,6 +180,10 @@ def test_ccsdtq_equals_fci_for_four_electrons():
     run = cc.solve_cc(mf, method="ccsdtq", e_tol=1e-12, t_tol=1e-10, max_iter=100)
     assert run.converged and run.antisymmetrized_after == {"R1": 1, "R2": 2, "R3": 3, "R4": 4}
     assert abs(run.e_tot - e_fci) < 1e-9
+    with pytest.raises(sq.InputError, match="takes CCD and CCSD runs"):
+        cc.eom_ee(run, nroots=1)
+    with pytest.raises(sq.InputError, match="takes CCD and CCSD runs"):
+        cc.solve_lambda(run)
 
 
 def test_deferred_antisymmetrizer_equals_expanded(random_inputs):
