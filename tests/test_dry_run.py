@@ -153,7 +153,7 @@ def test_a_given_plan_is_checked_against_the_budget():
             {"nocc": 2, "nvirt": 3, "df": True, "naux": 9, "method": "ccd"},
             "density fitting needs",
         ),
-        ((), {"nocc": 2, "nvirt": 3, "method": "ccsdt"}, "method='ccsdt'"),
+        ((), {"nocc": 2, "nvirt": 3, "method": "ccsdtq"}, "method='ccsdtq'"),
         ((), {"nocc": 2, "nvirt": 3, "gemm_rate": -1.0}, "gemm_rate must be a positive"),
         ((42,), {}, "got int"),
     ],

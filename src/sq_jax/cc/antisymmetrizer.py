@@ -7,8 +7,9 @@ compile time from CCSDT on. Since ``Â`` is linear, ``R_n = Â (Σ c X)``: the p
 compute the unsymmetrised sum, and ``Â`` is applied to the array afterwards
 (2·n! transposes, the permutations of the virtual and of the occupied axes).
 
-:func:`strip_antisymmetrizers` rewrites the equations; :func:`apply_antisymmetrizer`
-is the numerical ``Â``.
+:func:`parse_cc_equations` reads a CC equation set the way the drivers compile it
+(``Â`` expanded up to doubles, stripped from triples on); :func:`strip_antisymmetrizers`
+rewrites parsed equations; :func:`apply_antisymmetrizer` is the numerical ``Â``.
 
 Example:
     >>> import sq_jax as sq
@@ -33,8 +34,44 @@ import jax.numpy as jnp
 
 from .._errors import ExpressionError
 from ..expr.nodes import Equation, Expr, Product, Sum, Tensor
+from ..expr.parse import parse
+from ..expr.spaces import Spaces
+from ..expr.validate import validate
 
-__all__ = ["apply_antisymmetrizer", "strip_antisymmetrizers"]
+__all__ = ["apply_antisymmetrizer", "parse_cc_equations", "strip_antisymmetrizers"]
+
+DEFER_FROM_RANK = 3
+"""Residuals of this rank or higher in a set make the whole set keep ``Â`` out of the text."""
+
+
+def parse_cc_equations(text: str, spaces: Spaces) -> tuple[tuple[Equation, ...], dict[str, int]]:
+    """Parse a CC equation set as the drivers compile it.
+
+    Args:
+        text: the equations (``E``, ``R1``, ``R2``, … as in ``ccsd_so``).
+        spaces: the index spaces with extents.
+
+    Returns:
+        The equations and, when the set has a residual of rank 3 or more, the name → rank
+        of each residual whose ``Â`` was stripped (apply it with
+        :func:`apply_antisymmetrizer`); up to doubles ``Â`` is expanded and the mapping is
+        empty.
+
+    Example:
+        >>> from sq_jax.cc.equations import load_equations
+        >>> eqs, after = parse_cc_equations(load_equations("ccsdt_so"), Spaces(i=3, a=3))
+        >>> after
+        {'R1': 1, 'R2': 2, 'R3': 3}
+        >>> parse_cc_equations(load_equations("ccd_so"), Spaces(i=3, a=3))[1]
+        {}
+    """
+    raw = parse(text, spaces=spaces, expand_symmetrizers=False, validate=False)
+    if all(not isinstance(eq.lhs, Tensor) or len(eq.lhs.bra) < DEFER_FROM_RANK for eq in raw):
+        return parse(text, spaces=spaces), {}
+    equations, after = strip_antisymmetrizers(raw)
+    validate(equations, spaces)
+    return equations, after
+
 
 _HAT_A = "Â"
 

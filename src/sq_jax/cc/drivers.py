@@ -25,12 +25,10 @@ import numpy as np
 from .._errors import InputError
 from .._pipeline import compile as compile_program
 from ..derive import cc_equations, model_ranks
-from ..expr.parse import parse
 from ..expr.spaces import Spaces
-from ..expr.validate import validate
 from ..forest.inputs import input_specs
 from ..lower.program import Program
-from .antisymmetrizer import apply_antisymmetrizer, strip_antisymmetrizers
+from .antisymmetrizer import apply_antisymmetrizer, parse_cc_equations
 from .blocks import BlockBuilder, block_builder, read_blocks
 from .equations import available, load_equations
 from .integrals import (
@@ -361,12 +359,7 @@ def solve_cc(
     spaces = ints.spaces() if is_blocks else Spaces(i=ints.nocc, a=ints.nvirt)
     # From triples on, Â (n!² permutations) is applied to the program's output rather
     # than expanded into the text the compiler factors (36x, 576x the terms).
-    deferred = max(model_ranks(method)) >= 3
-    equations = parse(text, spaces=spaces, expand_symmetrizers=not deferred, validate=not deferred)
-    after: dict[str, int] = {}
-    if deferred:
-        equations, after = strip_antisymmetrizers(equations)
-        validate(equations, spaces)
+    equations, after = parse_cc_equations(text, spaces)
     residual_eqs = [eq for eq in equations if eq.name in _RESIDUAL_OF]
     energy_eqs = [eq for eq in equations if eq.name == "E"]
     budget = {} if memory_budget is None else {"memory_budget": memory_budget}

@@ -32,12 +32,12 @@ from .._errors import InputError, MemoryBudgetError
 from .._pipeline import compile as compile_program
 from .._units import format_bytes, parse_bytes
 from ..budget import XLA_HEADROOM, plan_for_budget, required_bytes
-from ..expr.parse import parse
 from ..expr.spaces import Spaces
 from ..forest.build import build_forest
 from ..forest.inputs import input_specs
 from ..lower.program import Program
 from ..plan.batch import BatchPlan
+from .antisymmetrizer import parse_cc_equations
 from .equations import available, load_equations
 
 __all__ = ["DryRunReport", "dry_run", "measure_gemm_rate"]
@@ -55,7 +55,7 @@ class DryRunReport:
 
     Attributes:
         system: what was sized (``"C6H6/cc-pvdz"``, or ``"sizes"`` for plain numbers).
-        method: ``"ccsd"`` or ``"ccd"``.
+        method: ``"ccsd"``, ``"ccd"`` or ``"ccsdt"`` (a shipped equation set).
         closed_shell: spin-adapted equations over spatial orbitals (else spin-orbitals).
         equations: the shipped equation set (``"ccsd_cs"``, ``"ccsd_so"`` …).
         nocc: extent of the occupied space ``i`` (spin-orbitals for spin-orbital runs).
@@ -312,7 +312,7 @@ def dry_run(
         nocc: doubly occupied orbitals (instead of a molecule).
         nvirt: virtual orbitals (instead of a molecule).
         naux: auxiliary functions, with ``df`` and counts.
-        method: ``"ccsd"`` or ``"ccd"``.
+        method: ``"ccsd"``, ``"ccd"`` or ``"ccsdt"`` (a shipped equation set).
         closed_shell: the spin-adapted equations (as :func:`sq_jax.cc.solve_cc`).
         df: the density-fitted closed-shell equations (``ccsd_cs_df``).
         auxbasis: the auxiliary basis for ``df`` with a molecule; default PySCF's choice
@@ -364,7 +364,7 @@ def dry_run(
     if not closed_shell:
         nocc, nvirt = 2 * nocc, 2 * nvirt
     spaces = Spaces(i=nocc, a=nvirt) if naux is None else Spaces({"Κ": naux}, i=nocc, a=nvirt)
-    equations = parse(load_equations(name), spaces=spaces)
+    equations, _ = parse_cc_equations(load_equations(name), spaces)  # as solve_cc does
     residual_eqs = [eq for eq in equations if eq.name != "E"]
     energy = compile_program([eq for eq in equations if eq.name == "E"], spaces)
     unbatched = compile_program(residual_eqs, spaces)
