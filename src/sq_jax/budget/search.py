@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
@@ -244,6 +245,9 @@ def plan_for_budget(
     best: SearchPoint | None = None
     floor: tuple[SearchPoint, ScheduledForest] | None = None  # the smallest peak seen
     scheduled: dict[Configuration, ScheduledForest] = {}
+    # the smallest peak of each role choice as first searched (no hoisting): a lower
+    # bound for its hoisted variants, which hold more values whole
+    lowest: dict[tuple, int] = defaultdict(int)
     # External loops open at the reads of a permuted sum's values first (Y built once
     # per batch), one loop per batched result index, nothing hoisted. With `extended`,
     # the variants of EXTENDED_PHASES follow, each searched only when nothing found so
@@ -270,6 +274,8 @@ def plan_for_budget(
         for cfg in phase:
             if best is not None and best.flops == f0 and cfg.flags > level:
                 continue  # nothing at a higher level can win the tie-break
+            if cfg.hoist != "none" and cfg.modes == "all" and lowest[cfg.roles] > limit:
+                continue  # hoisting only adds memory to a configuration that cannot fit
             level = cfg.flags
             try:  # the structure does not depend on the counts: schedule with 2 each
                 sf = schedule_forest(forest, cfg.plan([2] * len(cfg.spaces)))
@@ -278,13 +284,16 @@ def plan_for_budget(
             scheduled[cfg] = sf
             model = budget_model(sf, cfg)
             lad = [ladders[s] for s in cfg.spaces]
-            if best is None:  # only needed for the error message
-                low, counts = min(
-                    (model.peak([b for _, b in combo]), tuple(n for n, _ in combo))
-                    for combo in itertools.product(*lad)
-                )
-                if floor is None or (low, cfg.rank) < (floor[0].peak, floor[0].config.rank):
-                    floor = (SearchPoint((), cfg, counts, low, 0), sf)
+            low, counts = min(
+                (model.peak([b for _, b in combo]), tuple(n for n, _ in combo))
+                for combo in itertools.product(*lad)
+            )
+            if cfg.modes == "all" and cfg.hoist == "none" and cfg.site == "root":
+                lowest[cfg.roles] = low
+            if best is None and (
+                floor is None or (low, cfg.rank) < (floor[0].peak, floor[0].config.rank)
+            ):  # only needed for the error message
+                floor = (SearchPoint((), cfg, counts, low, 0), sf)
             best = _search(model, lad, limit, best, step_cost)
     if best is None:
         raise infeasible_error(limit, floor, spaces, _batchable_spaces(forest, None), max_batches)
