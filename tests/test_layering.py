@@ -33,6 +33,7 @@ PACKAGE = "sq_jax"
 STAGES: dict[str, int] = {
     "_errors": 0,
     "_units": 1,
+    "_enums": 1,
     "expr": 2,
     "forest": 3,
     "plan": 4,

@@ -182,6 +182,7 @@ def evaluate_reference(
     inputs: Mapping[str, Any],
     *,
     outputs: Sequence[str] | None = None,
+    xp: Any = np,
 ) -> dict[str, np.ndarray]:
     """Evaluate equations with ``numpy.einsum``, unbatched: the test oracle.
 
@@ -193,9 +194,11 @@ def evaluate_reference(
         outputs: the result labels to return (``None``: every equation's). As in
             :func:`sq_jax.compile`, a result read by a later equation is that equation's
             value, not an input.
+        xp: the array module: ``numpy``, or ``jax.numpy`` (what
+            :func:`evaluate_reference_jax` passes) for a traceable evaluation.
 
     Returns:
-        One NumPy array per returned result; modes in the order of the left-hand side.
+        One array of ``xp`` per returned result; modes in the order of the left-hand side.
 
     Raises:
         InputError: for missing or mis-shaped inputs.
@@ -208,8 +211,7 @@ def evaluate_reference(
         2.0
     """
     forest = _as_forest(source, spaces, outputs)
-    blocks = bind_inputs(forest, inputs, xp=np)
-    return evaluate_forest(forest, blocks, xp=np)
+    return evaluate_forest(forest, bind_inputs(forest, inputs, xp=xp), xp=xp)
 
 
 def evaluate_reference_jax(
@@ -232,6 +234,4 @@ def evaluate_reference_jax(
     """
     import jax.numpy as jnp
 
-    forest = _as_forest(source, spaces, outputs)
-    blocks = bind_inputs(forest, inputs, xp=jnp)
-    return evaluate_forest(forest, blocks, xp=jnp)
+    return evaluate_reference(source, spaces, inputs, outputs=outputs, xp=jnp)

@@ -70,7 +70,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .._errors import PlanError
 from ..schedule import ScheduledForest
 from ..schedule.peak import PeakCell, PeakSchedule, dag_path, peak_profile_sweep
-from .execute import block_shape, merge_batches, read_operand, run_body
+from .execute import RunSettings, block_shape, merge_batches, read_operand, run_body
 from .ir import Instr, Loop, LoweredProgram
 
 __all__ = [
@@ -312,7 +312,7 @@ def _run_distributed(
 
             local = dict(env_v)
             ctx = {loop.loop: (k * block, block, None)}
-            run_body(loop.body, local, ctx, blocks_v, dtype, remat, vary, read)
+            run_body(loop.body, local, ctx, RunSettings(blocks_v, dtype, remat, vary, read))
             outs = (
                 tuple(local[v] for v in sums),
                 tuple(local[v] for v in carries),
@@ -404,7 +404,7 @@ def run_sharded_body(
         if isinstance(ins, Loop):
             env.update(_run_distributed(plan, ins, env, blocks, split, dtype, remat))
         else:
-            run_body((ins,), env, {}, blocks, dtype, remat)
+            run_body((ins,), env, {}, RunSettings(blocks, dtype, remat))
 
 
 # -- static and XLA memory -----------------------------------------------------------------
