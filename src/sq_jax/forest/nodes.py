@@ -322,7 +322,8 @@ class Forest:
 
     @property
     def flops(self) -> int:
-        """Total FLOPs, counting each distinct value once.
+        """Total FLOPs, counting each distinct value once (and the generated
+        denominators it reads, :func:`~sq_jax.forest.cost.generated_operand_flops`).
 
         Example:
             >>> import sq_jax as sq
@@ -331,9 +332,12 @@ class Forest:
             >>> f.flops
             72
         """
-        from .cost import node_flops
+        from .cost import generated_operand_flops, node_flops
 
-        return sum(node_flops(v, self.spaces) for v in self.values())
+        return sum(
+            node_flops(v, self.spaces) + generated_operand_flops(v, self.spaces)
+            for v in self.values()
+        )
 
     def __str__(self) -> str:
         from .dump import format_forest
