@@ -322,8 +322,10 @@ class Forest:
 
     @property
     def flops(self) -> int:
-        """Total FLOPs, counting each distinct value once (and the generated
-        denominators it reads, :func:`~sq_jax.forest.cost.generated_operand_flops`).
+        """Total FLOPs, counting each distinct value once.
+
+        Generated denominators read by a value are charged with it
+        (:func:`~sq_jax.forest.cost.generated_operand_flops`).
 
         Example:
             >>> import sq_jax as sq
