@@ -105,6 +105,7 @@ def ccsd_t(
     batch: Mapping[str, Any] | None = None,
     memory_budget: int | str | None = None,
     canonical_tol: float = CANONICAL_TOL,
+    program: Program | None = None,
 ) -> float:
     """E(T), the perturbative triples correction to ``run``'s CCSD energy.
 
@@ -117,6 +118,8 @@ def ccsd_t(
             plan is chosen for it. Exclusive with ``batch``.
         canonical_tol: the largest off-diagonal Fock element allowed within the
             occupied or the virtual orbitals (Eh).
+        program: a (T) program already compiled by :func:`triples_program` for this
+            run (then ``batch`` and ``memory_budget`` are not used).
 
     Returns:
         E(T) in Eh.
@@ -142,7 +145,8 @@ def ccsd_t(
             "(T) from a density-fitted CCSD run is not supported yet; run cc.ccsd(mf) "
             "without df=True for (T)."
         )
-    program = triples_program(run, batch=batch, memory_budget=memory_budget)
+    if program is None:
+        program = triples_program(run, batch=batch, memory_budget=memory_budget)
     fock = np.asarray(integrals["f"])
     eps = _orbital_energies(fock, run.nocc, canonical_tol)
     if "g" not in integrals:  # block route: build the blocks (T) reads that CCSD did not
