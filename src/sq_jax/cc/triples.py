@@ -41,7 +41,7 @@ from .equations import load_equations
 if TYPE_CHECKING:
     from .drivers import CCRun
 
-__all__ = ["CANONICAL_TOL", "ccsd_t", "triples_program"]
+__all__ = ["CANONICAL_TOL", "ccsd_t", "triples_inputs", "triples_program"]
 
 CANONICAL_TOL = 1e-5
 """Largest off-diagonal |F_pq| allowed within the occupied or the virtual block (Eh)."""
@@ -139,14 +139,38 @@ def ccsd_t(
         raise InputError(
             f"(T) corrects CCSD; this run is {run.method.upper()}. Run cc.ccsd(...) first."
         )
-    integrals = dict(run.integrals)
-    if any(k.startswith("B{") for k in integrals):
+    if any(k.startswith("B{") for k in run.integrals):
         raise InputError(
             "(T) from a density-fitted CCSD run is not supported yet; run cc.ccsd(mf) "
             "without df=True for (T)."
         )
+    _orbital_energies(np.asarray(run.integrals["f"]), run.nocc, canonical_tol)  # before compiling
     if program is None:
         program = triples_program(run, batch=batch, memory_budget=memory_budget)
+    inputs = triples_inputs(run, program, canonical_tol=canonical_tol)
+    e_t = float(program(inputs)["E"])
+    run.triples["e_t"] = e_t
+    return e_t
+
+
+def triples_inputs(
+    run: CCRun, program: Program, *, canonical_tol: float = CANONICAL_TOL
+) -> dict[str, Any]:
+    """The arrays the (T) ``program`` reads for ``run``: amplitudes, integrals, energies.
+
+    Integral blocks the CCSD programs did not read are built here (from the run's block
+    source); the orbital energies are the Fock diagonal, checked to be canonical.
+
+    Raises:
+        InputError: non-canonical orbitals, or blocks the run cannot build.
+
+    Example:
+        >>> from sq_jax import cc
+        >>> run = cc.ccsd(closed_shell=True)
+        >>> sorted(triples_inputs(run, triples_program(run)))[:3]
+        ['f', 'g', 't{a,a;i,i}']
+    """
+    integrals = dict(run.integrals)
     fock = np.asarray(integrals["f"])
     eps = _orbital_energies(fock, run.nocc, canonical_tol)
     if "g" not in integrals:  # block route: build the blocks (T) reads that CCSD did not
@@ -169,6 +193,4 @@ def ccsd_t(
     forest = program.schedule.annotated.forest
     names = {n for s in input_specs(forest) for n in (s.label, s.block_key)}
     inputs.update({k: v for k, v in integrals.items() if k in names})
-    e_t = float(program(inputs)["E"])
-    run.triples["e_t"] = e_t
-    return e_t
+    return inputs
