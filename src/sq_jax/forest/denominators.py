@@ -23,6 +23,11 @@ element (``rank − 1`` adds and one division; :func:`generated_flops`).
 Entries whose energies cancel are ``inf`` (as ``1/0``): the caller must keep such index
 ranges apart (canonical Hartree–Fock orbitals with a gap, say).
 
+Known limitations: the static peak profile (``program.peak_bytes``, SeQuant's model of
+the values alone) leaves ``Δ`` out as it leaves inputs out; ``program.memory_bytes`` (what
+the memory budget holds) counts it. Under a device mesh ``Δ`` is never held split: each
+device builds its batches.
+
 Example:
     >>> import numpy as np, sq_jax as sq
     >>> eps = np.array([-2.0, -1.0, 0.5, 1.5])             # 2 occupied, then 2 virtual
