@@ -1,8 +1,8 @@
 """The perturbative triples correction (T), compiled from the shipped equations.
 
 :func:`ccsd_t` takes a finished CCSD run (:class:`~sq_jax.cc.drivers.CCRun`), compiles
-``ccsd_t_cs`` (closed-shell) or ``ccsd_t_so`` (spin-orbital: RHF, UHF and ROHF
-references) into one program whose only output is E(T), and runs it on the converged
+``ccsd_t_cs`` (closed-shell) or ``ccsd_t_so`` (spin-orbital: RHF and UHF references;
+ROHF ones, run on non-canonical UHF-converted orbitals, are refused) into one program whose only output is E(T), and runs it on the converged
 amplitudes. The o³v³ triples are internal values of that program: with ``batch=`` or
 ``memory_budget=`` they exist only one batch at a time, and the energy denominator is
 the generated ``Δ`` (:mod:`sq_jax.forest.denominators`), built per batch from the
