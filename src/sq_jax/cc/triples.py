@@ -2,11 +2,12 @@
 
 :func:`ccsd_t` takes a finished CCSD run (:class:`~sq_jax.cc.drivers.CCRun`), compiles
 ``ccsd_t_cs`` (closed-shell) or ``ccsd_t_so`` (spin-orbital: RHF and UHF references;
-ROHF ones, run on non-canonical UHF-converted orbitals, are refused) into one program whose only output is E(T), and runs it on the converged
-amplitudes. The o³v³ triples are internal values of that program: with ``batch=`` or
-``memory_budget=`` they exist only one batch at a time, and the energy denominator is
-the generated ``Δ`` (:mod:`sq_jax.forest.denominators`), built per batch from the
-orbital energies — nothing of size o³v³ is an input either.
+ROHF ones, run on non-canonical UHF-converted orbitals, are refused) into one program
+whose only output is E(T), and runs it on the converged amplitudes. The o³v³ triples
+are internal values of that program: with ``batch=`` or ``memory_budget=`` they exist
+only one batch at a time, and the energy denominator is the generated ``Δ``
+(:mod:`sq_jax.forest.denominators`), built per batch from the orbital energies —
+nothing of size o³v³ is an input either.
 
 Orbital energies are the diagonal of the Fock matrix of the run (PySCF's
 ``eris.mo_energy``): (T) assumes canonical orbitals, as PySCF's ``ccsd_t`` does, and a
