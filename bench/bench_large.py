@@ -9,6 +9,7 @@ subcommand, each printing a markdown table and writing ``large-<figure>.json`` a
     .venv/bin/python bench/bench_large.py cs      # (c) benzene/cc-pVDZ vs PySCF cc.CCSD
     .venv/bin/python bench/bench_large.py w3      # (d) budgets 1/4, 1/8: H2O and benzene
     .venv/bin/python bench/bench_large.py pyscf-df-setup   # PySCF DF-CCSD setup + 1 update
+    .venv/bin/python bench/bench_large.py triples # (e) (T) benzene/cc-pVDZ vs PySCF ccsd_t
     .venv/bin/python bench/bench_large.py cs --tiny        # any of them on H2O, seconds
 
 ``scale`` runs in a fresh subprocess so that the peak RSS it reports is its own. Timings
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import large
 import measure
+import triples
 import workloads as wl
 from _timing import log, matmul_fn
 from report import f3, machine
@@ -46,8 +48,9 @@ SIZES: dict[str, tuple[Any, Any]] = {
     "cs": ("benzene-ccpvdz", "h2o-631g"),
     "w3": (("h2o-ccpvdz", "benzene-ccpvdz"), ("h2o-sto3g", "h2o-631g")),
     "pyscf-df-setup": (("benzene-ccpvdz",), ("h2o-631g",)),
+    "triples": ("benzene-ccpvdz", "h2o-ccpvdz"),
 }
-TARGETS = {"scale": 1.0, "so": 0.25, "cs": 0.30}
+TARGETS = {"scale": 1.0, "so": 0.25, "cs": 0.30, "triples": 1.0}
 
 
 def size(b: Any) -> str:
@@ -160,6 +163,25 @@ def md_setup(r: dict) -> list[str]:
     ]
 
 
+def md_triples(r: dict) -> list[str]:
+    u, b, t = r["unbatched"], r["batched"], r["times"]
+    return [
+        "| system | o, v | PySCF ccsd_t s | sq_jax (T) s unbatched / batched | ×PySCF "
+        "(target ≤ 1.0) | XLA temp+out unbatched / batched (budget, ÷ budget) | "
+        "predicted batched | loops | FLOPs unb. / batched | abs ΔE(T) (Eh) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| {r['system']} | {r['o']}, {r['v']} | {t['pyscf']['median_s']:.4f} | "
+        f"{t['sq_jax_unbatched']['median_s']:.4f} / {t['sq_jax_batched']['median_s']:.4f} | "
+        f"{r['ratio_unbatched']:.2f} / {r['ratio_batched']:.2f} | "
+        f"{size(u['xla_bytes'])} / {size(b['xla_bytes'])} ({size(b['budget_bytes'])}, "
+        f"{r['batched_xla_over_budget']:.2f}) | {size(b['predicted_bytes'])} | {b['loops']} | "
+        f"{u['flops']:.3e} / {b['flops']:.3e} | {r['abs_de_t']:.1e} |",
+        "",
+        f"Batched plan: {b['plan']}. Compile + first call: unbatched "
+        f"{u['compile_and_first_call_s']:.1f} s, batched {b['compile_and_first_call_s']:.1f} s.",
+    ]
+
+
 def run_figure(figure: str, args: argparse.Namespace) -> tuple[Any, list[str]]:
     """The record and markdown lines of one figure at the size ``args`` asks for."""
     size = SIZES[figure][1 if args.tiny else 0]
@@ -185,6 +207,12 @@ def run_figure(figure: str, args: argparse.Namespace) -> tuple[Any, list[str]]:
             ),
         ]
         return recs, md_w3(recs)
+    if figure == "triples":
+        spec = wl.SYSTEMS[size]
+        mf = large.run_scf(spec.atom, spec.basis, density_fit=False)
+        rec = triples.triples_figure(mf, args.reps)
+        rec["system"] = size
+        return rec, md_triples(rec)
     spec = wl.SYSTEMS[size[0]]
     rec = large.pyscf_df_setup(spec.atom, spec.basis)
     return rec, md_setup(rec)

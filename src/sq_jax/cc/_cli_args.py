@@ -214,6 +214,12 @@ def add_cc_options(p: argparse.ArgumentParser) -> None:
         "(default: what PySCF's mf.density_fit() picks)",
     )
     p.add_argument(
+        "--triples",
+        action="store_true",
+        help="after CCSD, the perturbative triples correction (T), compiled with the same "
+        "--batch or --memory",
+    )
+    p.add_argument(
         "--dry-run",
         action="store_true",
         help="no SCF, no integrals: print the sizes, plan, predicted memory, FLOPs and "
@@ -278,6 +284,15 @@ def check_cc_args(args: argparse.Namespace) -> None:
             "--dry-run works from a molecule's sizes (--molecule/--basis, or the shipped "
             "system); for --fock/--eri files run sq_jax.cc.dry_run(nocc=..., nvirt=...)"
         )
+    if args.triples and (args.command != "ccsd" or args.df or args.dry_run):
+        why = (
+            "--df (no density-fitted (T) yet)"
+            if args.df
+            else "--dry-run"
+            if args.dry_run
+            else f"`{args.command}` ((T) corrects CCSD)"
+        )
+        raise UsageError(f"--triples does not go with {why}; run `sq-jax ccsd ... --triples`")
     if args.batch:
         pairs(args.batch, "--batch")
     check_plot_path(args.plot)

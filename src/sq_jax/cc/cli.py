@@ -129,8 +129,27 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
         f"memory             = {format_bytes(prog.memory_bytes)} predicted (XLA temporaries"
         f" + outputs; inputs not counted), {format_bytes(prog.peak_bytes)} peak profile"
     )
+    if args.triples:
+        _triples(run, batch, args.memory)
     _plot(prog, args.plot)
     return 0 if res.converged else 1
+
+
+def _triples(run, batch: dict | None, memory: str | None) -> None:
+    """Compute and print (T) on the converged amplitudes (``--triples``)."""
+    from .triples import ccsd_t, triples_program
+
+    start = time.perf_counter()
+    program = triples_program(run, batch=batch, memory_budget=memory)
+    e_t = ccsd_t(run, program=program)
+    seconds = time.perf_counter() - start
+    print(f"E(T)               = {e_t:.12f}")
+    print(f"E(CCSD(T))         = {run.e_tot + e_t:.12f}")
+    loops = len(program.lowered.loops())
+    print(
+        f"(T) time           = {seconds:.2f} s incl. compile; {loops} loops, memory "
+        f"{format_bytes(program.memory_bytes)} predicted"
+    )
 
 
 def _equation_text(argument: str) -> str:

@@ -75,6 +75,10 @@ class CCRun:
         integrals: the integral arrays the programs read, keyed by input name (``"f"``,
             ``"g"``, or block keys), so that Λ, densities and EOM can re-evaluate the
             residual at the converged amplitudes.
+        block_source: the :class:`~sq_jax.cc.blocks.BlockBuilder` the integral blocks
+            came from (``None`` for integrals given whole), so that (T) can build the
+            blocks it reads.
+        triples: what :meth:`ccsd_t` found (``"e_t"``); read it as :attr:`e_t`.
     """
 
     method: str
@@ -89,6 +93,29 @@ class CCRun:
     integrals: Mapping[str, Any] = dataclasses.field(
         default_factory=dict, repr=False, compare=False
     )
+    block_source: BlockBuilder | None = dataclasses.field(default=None, repr=False, compare=False)
+    triples: dict[str, float] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def e_t(self) -> float | None:
+        """E(T) once :meth:`ccsd_t` has run (PySCF's ``e_t``), else ``None``."""
+        return self.triples.get("e_t")
+
+    def ccsd_t(self, **options: Any) -> float:
+        """The (T) correction on the converged amplitudes; also sets :attr:`e_t`.
+
+        Takes the options of :func:`sq_jax.cc.triples.ccsd_t` (``batch``,
+        ``memory_budget``, ``canonical_tol``).
+
+        Example:
+            >>> run = ccsd()
+            >>> e_t = run.ccsd_t(memory_budget="64 KiB")
+            >>> run.e_t == e_t, round(e_t, 8)
+            (True, -6.741e-05)
+        """
+        from .triples import ccsd_t
+
+        return ccsd_t(self, **options)
 
     @property
     def e_corr(self) -> float:
@@ -338,6 +365,7 @@ def solve_cc(
         )
     ints = _integrals(system, closed_shell, df, auxbasis, frozen)
     is_blocks = isinstance(ints, BlockBuilder)
+    ints_source = ints if is_blocks else None
     spin_positions = ints.spin_positions if is_blocks else None
     if system is None and not closed_shell and not is_blocks:  # the shipped, interleaved
         spin_positions = block_builder(None, spin_orbital=True, frozen=frozen).spin_positions
@@ -400,6 +428,7 @@ def solve_cc(
         ints.nvirt,
         spin_positions,
         integrals,
+        ints_source,
     )
 
 

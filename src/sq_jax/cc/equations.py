@@ -29,7 +29,17 @@ name            equations                                  terms (E, R1, R2)
 ``ccd_cs``      closed-shell CCD                           2, —, 20
 ``ccsd_cs_df``  closed-shell CCSD, density-fitted ``g``    5, 26, 55
 ``ccsd_so_df``  spin-orbital CCSD, density-fitted ``g``    5, 23, 58
+``ccsd_t_so``   spin-orbital (T) energy                    see below
+``ccsd_t_cs``   closed-shell (T) energy                    see below
 ==============  =========================================  ===================
+
+The (T) files (``ccsd_t_so``, ``ccsd_t_cs``) hold internal equations ``W``, ``V``, ``Z``
+(the connected and disconnected triples numerators, and their combination divided by
+the denominator) and the energy ``E`` = E(T); compile them with ``outputs=("E",)`` so
+that no o³v³ intermediate is an output. They divide by the generated denominator
+``Δ{a_1,a_2,a_3;i_1,i_2,i_3}``, built inside the program from the orbital energies
+``ε`` (:mod:`sq_jax.forest.denominators`); :meth:`sq_jax.cc.drivers.CCRun.ccsd_t`
+runs them.
 
 The term counts of ``ccsd_so`` are those of SeQuant's ``mbpt::CC{2}.t()``. The ``_cs``
 files were obtained by integrating out the spin of ``ccsd_so`` (αβ projection) and
@@ -41,7 +51,7 @@ different projection). ``ccsd_so_df`` is ``ccsd_so`` with each g-term split in t
 Example:
     >>> from sq_jax.cc.equations import available, load_equations
     >>> available()
-    ('ccd_cs', 'ccd_so', 'ccsd_cs', 'ccsd_cs_df', 'ccsd_so', 'ccsd_so_df')
+    ('ccd_cs', 'ccd_so', 'ccsd_cs', 'ccsd_cs_df', 'ccsd_so', 'ccsd_so_df', 'ccsd_t_cs', 'ccsd_t_so')
     >>> load_equations("ccd_so").splitlines()[0]
     'E = 1/4 g{i_1,i_2;a_1,a_2}:A * t{a_1,a_2;i_1,i_2}:A'
 """

@@ -31,6 +31,7 @@ import numpy as np
 from .._errors import ExpressionError
 from ..expr.nodes import Constant, Equation, Index, Power, Variable
 from ..expr.spaces import Spaces
+from .denominators import build_denominator, is_denominator
 from .inputs import bind_inputs, block_key, input_names
 from .nodes import EvalNode, Forest, NodeKind
 
@@ -131,6 +132,8 @@ def evaluate_forest(forest: Forest, blocks: Mapping[str, Any], *, xp: Any = np) 
 def _compute(node: EvalNode, values: Mapping[str, Any], blocks: Mapping[str, Any], xp: Any) -> Any:
     if node.kind is NodeKind.LEAF:
         assert node.tensor is not None
+        if is_denominator(node.tensor):  # generated whole from the orbital energies
+            return build_denominator(xp, block_key(node.tensor), blocks)
         return blocks[block_key(node.tensor)]
     if node.kind is NodeKind.SCALAR:
         return xp.asarray(scalar_value(xp, node.scalar, blocks))

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ..forest.denominators import build_denominator
 from ..forest.reference import scalar_value
 from ..schedule.ir import LoopId
 from .ir import Combine, Contract, Instr, Loop, Read
@@ -54,9 +55,16 @@ def block_shape(dims: tuple[tuple[int, LoopId | None], ...], ctx: Ctx) -> tuple[
 def read_operand(
     read: Read, env: Mapping[int, Any], ctx: Ctx, blocks: Mapping[str, Any], dtype: Any
 ) -> Any:
-    """The operand, cut on use: ``x[..., start:start+size, ...]`` along each sliced mode."""
+    """The operand, cut on use: ``x[..., start:start+size, ...]`` along each sliced mode.
+
+    A generated denominator (``Δ``, :mod:`sq_jax.forest.denominators`) is built here, for
+    the current batch only, from slices of the orbital-energy vectors.
+    """
     if read.scalar is not None:
         return jnp.asarray(scalar_value(jnp, read.scalar.scalar, blocks), dtype=dtype)
+    if read.generated:
+        cuts = {p: ctx[lp][:2] for p, lp in read.slices}
+        return build_denominator(jnp, read.input_key, blocks, cuts, dtype)
     x = blocks[read.input_key] if read.input_key is not None else env[read.value_id]
     if not read.slices:
         return x

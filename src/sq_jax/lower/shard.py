@@ -233,7 +233,7 @@ def sharded_inputs(lowered: LoweredProgram, num_devices: int) -> tuple[ShardedIn
                 visit(ins.body, ins if root is None else root)
                 continue
             for r in ins.operands:
-                if r.input_key is None:
+                if r.input_key is None or r.generated:  # Δ is built, never held split
                     continue
                 cut = [] if root is None else [p for p, lp in r.slices if lp == root.loop]
                 found = (cut[0], root.extent, root.block, root.num_batches) if cut else None
