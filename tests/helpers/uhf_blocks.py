@@ -18,14 +18,17 @@ _CHEM = ((0, 1, 2, 3), (1, 0, 2, 3), (0, 1, 3, 2), (1, 0, 3, 2))
 
 
 def spin_orbital_positions(oa, ob, va, vb):
-    """Space key (``i↑``, ``i↓``, ``a↑``, ``a↓``) → positions among all spin-orbitals."""
+    """Space key (``i↑``, ``i↓``, ``a↑``, ``a↓``, ``p↑``, ``p↓``) → spin-orbital positions."""
     o = oa + ob
-    return {
+    out = {
         "i↑": np.arange(oa),
         "i↓": oa + np.arange(ob),
         "a↑": o + np.arange(va),
         "a↓": o + va + np.arange(vb),
     }
+    for s in "↑↓":  # all orbitals of one spin: occupied, then virtual
+        out["p" + s] = np.concatenate([out["i" + s], out["a" + s]])
+    return out
 
 
 def random_unrestricted(seed, oa, ob, va, vb):

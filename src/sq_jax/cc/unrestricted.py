@@ -43,6 +43,7 @@ __all__ = [
     "SpinBlockBuilder",
     "SpinBlockIntegrals",
     "read_spin_blocks",
+    "refuse_spin_blocked",
     "spin_block_builder",
 ]
 
@@ -274,6 +275,18 @@ class SpinBlockBuilder:
             nocc=self.nocc,  # type: ignore[arg-type]
             blocks=blocks,
             e_hf=float(self._source.e_hf),
+        )
+
+
+def refuse_spin_blocked(run: Any, what: str) -> None:
+    """Refuse a run of the spin-blocked unrestricted equations (``*_uhf``), with the fix."""
+    name = str(getattr(run, "equations", ""))
+    if name.endswith("_uhf"):
+        spin_orbital = name.replace("_uhf", "_so")
+        raise InputError(
+            f"{what} is not supported for the spin-blocked unrestricted equations "
+            f"({name!r}: amplitudes in α/β blocks); it needs spin-orbital or closed-shell "
+            f"amplitudes. Rerun the UHF/ROHF reference with `equations={spin_orbital!r}`."
         )
 
 
