@@ -3,7 +3,9 @@
 Every energy is compared with PySCF's own CCSD (UCCSD for UHF and ROHF, which PySCF runs
 on the ROHF orbitals converted to UHF; RCCSD for RHF) with the same ``frozen``, both
 sides converged to |ΔE| < 1e-11, to 1e-9 Eh. The amplitudes' layout (``run.t1``,
-``run.t2``) is checked against PySCF's amplitudes block by block.
+``run.t2``) is checked against PySCF's amplitudes block by block. UHF and ROHF run the
+spin-blocked unrestricted equations (``ccsd_uhf``) by default; density fitting and
+``equations="ccsd_so"`` the spin-orbital ones (see also ``test_cc_unrestricted.py``).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def h2o_rhf():
 def test_uhf_ccsd_equals_pyscf_uccsd_with_its_amplitudes(oh_uhf):
     ref = _pyscf_ccsd(oh_uhf)
     run = cc.ccsd(oh_uhf, **TIGHT)
-    assert run.converged
+    assert run.converged and run.equations == "ccsd_uhf"
     assert abs(run.e_corr - ref.e_corr) < 1e-9
     assert abs(run.e_tot - ref.e_tot) < 1e-9
     # Spin-orbital order: occupied α, occupied β, virtual α, virtual β.
@@ -86,6 +88,7 @@ def test_density_fitted_uhf_frozen_core_equals_pyscf_df_uccsd():
     mf = _scf(lambda mol: scf.UHF(mol).density_fit(), OH, "6-31g", spin=1)
     ref = _pyscf_ccsd(mf, frozen=1)  # PySCF's dfuccsd: the SCF's fitting basis throughout
     run = cc.ccsd(mf, df=True, frozen=1, **TIGHT)
+    assert run.equations == "ccsd_so_df"
     assert abs(run.e_corr - ref.e_corr) < 1e-9 and abs(run.e_tot - ref.e_tot) < 1e-9
 
 

@@ -320,8 +320,9 @@ def solve_cc(
 
     Args:
         system: ``None`` for the shipped H2O/STO-3G, a PySCF RHF, UHF or ROHF object
-            (UHF and ROHF on the spin-orbital route; ROHF as PySCF runs it, converted to
-            UHF), or integrals (:class:`SpinOrbitalIntegrals` / :class:`SpatialIntegrals`).
+            (UHF and ROHF on the spin-blocked unrestricted route by default; ROHF as
+            PySCF runs it, converted to UHF), or integrals
+            (:class:`SpinOrbitalIntegrals` / :class:`SpatialIntegrals`).
         method: ``"ccsd"`` or ``"ccd"``.
         closed_shell: use the spin-adapted equations over spatial orbitals.
         solver: ``"diis"`` (Jacobi + DIIS, as PySCF) or ``"newton"`` (Newton–Krylov).

@@ -29,6 +29,8 @@ name            equations                                  terms (E, R1, R2)
 ``ccd_cs``      closed-shell CCD                           2, —, 20
 ``ccsd_cs_df``  closed-shell CCSD, density-fitted ``g``    5, 26, 55
 ``ccsd_so_df``  spin-orbital CCSD, density-fitted ``g``    5, 23, 58
+``ccsd_uhf``    unrestricted CCSD in α/β spin blocks       8, 26+26, 43+86+43
+``ccd_uhf``     unrestricted CCD in α/β spin blocks        3, —, 15+27+15
 ==============  =========================================  ===================
 
 The term counts of ``ccsd_so`` are those of SeQuant's ``mbpt::CC{2}.t()``. The ``_cs``
@@ -36,12 +38,16 @@ files were obtained by integrating out the spin of ``ccsd_so`` (αβ projection)
 combining equal terms (``scripts/spin_trace_cs.py``); their R1/R2 term counts happen to
 equal those of SeQuant's biorthogonal closed-shell CCSD, but the coefficients differ (a
 different projection). ``ccsd_so_df`` is ``ccsd_so`` with each g-term split in two
-(``scripts/write_so_df_equations.py``).
+(``scripts/write_so_df_equations.py``). The ``_uhf`` files are the spin blocks of
+``ccsd_so``/``ccd_so`` (``scripts/spin_block_uhf.py``): indices carry their spin (``i↑``,
+``a↓``), each tensor is the spin-orbital one restricted to the block its indices name
+(same-spin ⟨pq‖rs⟩ and T2 antisymmetric, mixed ones written α first in bra and ket, where
+⟨pα qβ‖rα sβ⟩ = ⟨pq|rs⟩), residuals ``R1a``, ``R1b``, ``R2aa``, ``R2ab``, ``R2bb``.
 
 Example:
     >>> from sq_jax.cc.equations import available, load_equations
     >>> available()
-    ('ccd_cs', 'ccd_so', 'ccsd_cs', 'ccsd_cs_df', 'ccsd_so', 'ccsd_so_df')
+    ('ccd_cs', 'ccd_so', 'ccd_uhf', 'ccsd_cs', 'ccsd_cs_df', 'ccsd_so', 'ccsd_so_df', 'ccsd_uhf')
     >>> load_equations("ccd_so").splitlines()[0]
     'E = 1/4 g{i_1,i_2;a_1,a_2}:A * t{a_1,a_2;i_1,i_2}:A'
 """
