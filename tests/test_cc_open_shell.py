@@ -188,9 +188,14 @@ def test_cli_spin_and_frozen_run_uhf_as_pyscf(capsys):
     argv = ["ccsd", "--molecule", "h2o", "--charge", "1", "--spin", "1", "--frozen", "1"]
     assert main([*argv, "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "(UHF, 2S=1), spin-orbital: 7 occupied (1 frozen per spin), 5 virtual" in out
+    assert "(UHF, 2S=1), unrestricted (spin-blocked): 7 occupied (1 frozen per spin)" in out
     energy = float(out.split("E(CCSD)")[1].split("=")[1].split()[0])
     assert abs(energy - ref.e_tot) < 1e-8  # the CLI's own tolerances (e_tol 1e-10)
+    assert main([*argv, "--spin-orbital", "--quiet"]) == 0  # the spin-orbital route
+    out = capsys.readouterr().out
+    assert "(UHF, 2S=1), spin-orbital: 7 occupied (1 frozen per spin), 5 virtual" in out
+    energy = float(out.split("E(CCSD)")[1].split("=")[1].split()[0])
+    assert abs(energy - ref.e_tot) < 1e-8
 
 
 @pytest.mark.parametrize(
