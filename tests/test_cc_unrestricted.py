@@ -114,6 +114,8 @@ def test_equations_option_is_checked_before_any_work():
         cc.ccsd(equations="ccsd_uhf", closed_shell=True)
     with pytest.raises(InputError, match="df=True asks"):
         cc.ccsd(equations="ccsd_uhf", df=True)
+    with pytest.raises(InputError, match="auxbasis='cc-pvdz-ri' applies only"):
+        cc.ccsd(equations="ccsd_uhf", auxbasis="cc-pvdz-ri")
 
 
 def test_spin_block_keys_outside_the_conventions_are_refused():

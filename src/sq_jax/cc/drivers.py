@@ -29,7 +29,7 @@ from ..expr.spaces import Spaces
 from ..forest.inputs import input_specs
 from ..lower.program import Program
 from .blocks import BlockBuilder, block_builder, read_blocks
-from .equations import available, load_equations
+from .equations import choose_equations, load_equations
 from .integrals import (
     SpatialIntegrals,
     SpinOrbitalIntegrals,
@@ -381,9 +381,17 @@ def solve_cc(
         raise InputError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}.")
     solver_options = _solver_options(solver, solver_options)
     _check_reference(system)
-    name = _equation_set(system, method, closed_shell, df, equations)
+    name = choose_equations(
+        method, closed_shell=closed_shell, df=df, open_shell=is_open_shell(system), name=equations
+    )
     closed_shell, df = "_cs" in name, name.endswith("_df")
     if name.endswith("_uhf"):
+        if auxbasis is not None:
+            raise InputError(
+                f"auxbasis={auxbasis!r} applies only to density fitting; the spin-blocked "
+                f"{name!r} equations read full integrals. Pass df=True (spin-orbital DF "
+                "equations) or drop auxbasis."
+            )
         return _solve_spin_blocked(
             system,
             name,
@@ -440,43 +448,6 @@ def solve_cc(
         integrals,
         name,
     )
-
-
-def _equation_set(
-    system: Any, method: str, closed_shell: bool, df: bool, equations: str | None
-) -> str:
-    """The shipped equation set a run solves: ``equations`` checked, or the route's default.
-
-    UHF and ROHF references default to the spin-blocked ``{method}_uhf`` (no density
-    fitting there); everything else to ``{method}_cs``/``_so`` (``_df``).
-    """
-    if equations is None:
-        if not closed_shell and not df and is_open_shell(system):
-            return f"{method}_uhf"
-        name = f"{method}_{'cs' if closed_shell else 'so'}{'_df' if df else ''}"
-        if name not in available():
-            raise InputError(
-                f"no shipped equations for {method} with closed_shell={closed_shell}, df={df} "
-                f"(available: {', '.join(available())})."
-            )
-        return name
-    problems = []
-    if equations not in available():
-        problems.append(f"equations={equations!r} is not shipped")
-    elif not equations.startswith(f"{method}_"):
-        problems.append(f"equations={equations!r} are not {method} equations")
-    if closed_shell and "_cs" not in equations:
-        problems.append("closed_shell=True asks for `_cs` equations")
-    if df and not equations.endswith("_df"):
-        problems.append("df=True asks for `_df` equations")
-    if problems:
-        raise InputError(
-            "cannot solve with the requested equations: "
-            + "; ".join(problems)
-            + f". Pass one of {', '.join(n for n in available() if n.startswith(method))} "
-            "(or leave equations=None for the reference's default)."
-        )
-    return equations
 
 
 def _compile(

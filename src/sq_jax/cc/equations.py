@@ -58,7 +58,7 @@ from importlib import resources
 
 from .._errors import InputError
 
-__all__ = ["available", "load_equations"]
+__all__ = ["available", "choose_equations", "load_equations"]
 
 _PACKAGE = "sq_jax.cc"
 _FOLDER = "equations"
@@ -109,3 +109,60 @@ def load_equations(name: str) -> str:
     text = (_folder() / f"{name}.txt").read_text(encoding="utf-8")
     lines = [ln.strip() for ln in text.splitlines()]
     return "\n".join(ln for ln in lines if ln and not ln.startswith("#")) + "\n"
+
+
+def choose_equations(
+    method: str, *, closed_shell: bool, df: bool, open_shell: bool, name: str | None = None
+) -> str:
+    """The shipped equation set a run solves: ``name`` checked, or the route's default.
+
+    Args:
+        method: ``"ccsd"`` or ``"ccd"``.
+        closed_shell: the spin-adapted route was asked for.
+        df: density fitting was asked for.
+        open_shell: the reference is UHF or ROHF.
+        name: an equation set asked for by name, or ``None``.
+
+    Returns:
+        ``name`` when it is shipped and fits the other arguments; otherwise the default:
+        ``{method}_uhf`` (spin-blocked unrestricted) for an open-shell reference without
+        ``df``, else ``{method}_cs`` / ``{method}_so``, with ``_df`` when density fitted.
+
+    Raises:
+        InputError: no such set, or one that contradicts ``method``, ``closed_shell`` or
+            ``df``.
+
+    Example:
+        >>> choose_equations("ccsd", closed_shell=False, df=False, open_shell=True)
+        'ccsd_uhf'
+        >>> choose_equations("ccd", closed_shell=False, df=False, open_shell=True, name="ccd_so")
+        'ccd_so'
+    """
+    names = available()
+    if name is None:
+        if open_shell and not closed_shell and not df:
+            return f"{method}_uhf"
+        default = f"{method}_{'cs' if closed_shell else 'so'}{'_df' if df else ''}"
+        if default not in names:
+            raise InputError(
+                f"no shipped equations for {method} with closed_shell={closed_shell}, df={df} "
+                f"(available: {', '.join(names)})."
+            )
+        return default
+    problems = []
+    if name not in names:
+        problems.append(f"equations={name!r} is not shipped")
+    elif not name.startswith(f"{method}_"):
+        problems.append(f"equations={name!r} are not {method} equations")
+    if closed_shell and "_cs" not in name:
+        problems.append("closed_shell=True asks for `_cs` equations")
+    if df and not name.endswith("_df"):
+        problems.append("df=True asks for `_df` equations")
+    if problems:
+        raise InputError(
+            "cannot solve with the requested equations: "
+            + "; ".join(problems)
+            + f". Pass one of {', '.join(n for n in names if n.startswith(method))} "
+            "(or leave equations=None for the reference's default)."
+        )
+    return name
