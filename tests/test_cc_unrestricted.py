@@ -105,6 +105,15 @@ def test_shipped_system_on_the_unrestricted_route_equals_the_spin_orbital_route(
         np.testing.assert_allclose(got, want, atol=1e-7)
 
 
+def test_ccd_on_the_unrestricted_route_equals_spin_orbital_ccd():
+    blocked = cc.ccd(equations="ccd_uhf", e_tol=1e-11, t_tol=1e-9)
+    spin_orbital = cc.ccd(e_tol=1e-11, t_tol=1e-9)
+    assert abs(blocked.e_corr - spin_orbital.e_corr) < 1e-9
+    (t1a, t1b), (_, t2ab, _) = blocked.unrestricted_amplitudes()
+    assert t1a.shape == (5, 2) and not t1a.any() and not t1b.any() and not blocked.t1.any()
+    np.testing.assert_allclose(t2ab, spin_orbital.unrestricted_amplitudes()[1][1], atol=1e-7)
+
+
 def test_equations_option_is_checked_before_any_work():
     with pytest.raises(InputError, match="not shipped"):
         cc.ccsd(equations="ccsd_xyz")
