@@ -13,6 +13,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from importlib import resources
+
 import numpy as np
 import pytest
 
@@ -21,6 +26,7 @@ from sq_jax import InputError, cc
 from sq_jax.cc.equations import load_equations
 from sq_jax.cc.unrestricted import AMPLITUDES, RESIDUAL_OF, spin_block_builder
 from sq_jax.forest.inputs import input_specs
+from tests.conftest import REPO_ROOT
 from tests.helpers import cc_oracle
 from tests.helpers.uhf_blocks import block_of, random_unrestricted, spin_orbital_positions
 
@@ -112,6 +118,16 @@ def test_ccd_on_the_unrestricted_route_equals_spin_orbital_ccd():
     (t1a, t1b), (_, t2ab, _) = blocked.unrestricted_amplitudes()
     assert t1a.shape == (5, 2) and not t1a.any() and not t1b.any() and not blocked.t1.any()
     np.testing.assert_allclose(t2ab, spin_orbital.unrestricted_amplitudes()[1][1], atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["ccsd_uhf", "ccd_uhf"])
+def test_shipped_files_are_what_the_derivation_script_writes(name):
+    script = REPO_ROOT / "scripts" / "spin_block_uhf.py"
+    argv = [sys.executable, str(script), *(["--ccd"] if name == "ccd_uhf" else [])]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    written = subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout
+    shipped = (resources.files("sq_jax.cc") / "equations" / f"{name}.txt").read_text("utf-8")
+    assert written == shipped
 
 
 def test_equations_option_is_checked_before_any_work():
