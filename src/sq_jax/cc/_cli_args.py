@@ -165,7 +165,8 @@ def add_cc_options(p: argparse.ArgumentParser) -> None:
         "--spin",
         type=_count,
         help="2S = Nα − Nβ for --molecule, as PySCF's spin (default 0); above 0 the "
-        "reference is UHF, on the spin-orbital route",
+        "reference is UHF, on the spin-blocked unrestricted route (--spin-orbital: the "
+        "spin-orbital one)",
     )
     system.add_argument(
         "--rohf",
@@ -194,7 +195,8 @@ def add_cc_options(p: argparse.ArgumentParser) -> None:
     shell.add_argument(
         "--spin-orbital",
         action="store_true",
-        help="spin-orbital equations (the default, except for closed-shell --eri files)",
+        help="spin-orbital equations (the default, except for closed-shell --eri files and "
+        "UHF/ROHF references, which run the spin-blocked unrestricted ones)",
     )
     p.add_argument("--batch", help="batch plan, e.g. a=4,i=2 (number of batches)")
     p.add_argument("--memory", help="memory budget for intermediates, e.g. '512 MiB'")
@@ -217,7 +219,7 @@ def add_cc_options(p: argparse.ArgumentParser) -> None:
         "--triples",
         action="store_true",
         help="after CCSD, the perturbative triples correction (T), compiled with the same "
-        "--batch or --memory",
+        "--batch or --memory (UHF/ROHF references then take the spin-orbital route)",
     )
     p.add_argument(
         "--dry-run",

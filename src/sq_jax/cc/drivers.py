@@ -29,7 +29,7 @@ from ..expr.spaces import Spaces
 from ..forest.inputs import input_specs
 from ..lower.program import Program
 from .blocks import BlockBuilder, block_builder, read_blocks
-from .equations import available, load_equations
+from .equations import choose_equations, load_equations
 from .integrals import (
     SpatialIntegrals,
     SpinOrbitalIntegrals,
@@ -37,7 +37,7 @@ from .integrals import (
     default_system,
     spin_orbital_from_spatial,
 )
-from .orbitals import freeze_integrals
+from .orbitals import freeze_integrals, is_open_shell
 from .solvers import (
     CCResult,
     antisymmetrize,
@@ -45,6 +45,9 @@ from .solvers import (
     solve_diis,
     solve_newton_krylov,
 )
+from .unrestricted import AMPLITUDES as UHF_AMPLITUDES
+from .unrestricted import RESIDUAL_OF as UHF_RESIDUAL_OF
+from .unrestricted import read_spin_blocks, spin_block_builder
 
 __all__ = ["CCRun", "ccd", "ccsd", "solve_cc"]
 
@@ -95,6 +98,7 @@ class CCRun:
     )
     block_source: BlockBuilder | None = dataclasses.field(default=None, repr=False, compare=False)
     triples: dict[str, float] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    equations: str = ""
 
     @property
     def e_t(self) -> float | None:
@@ -118,6 +122,31 @@ class CCRun:
         return ccsd_t(self, **options)
 
     @property
+    def spin_blocked(self) -> bool:
+        """Whether the unrestricted spin-blocked equations (``*_uhf``) were solved."""
+        return self.equations.endswith("_uhf")
+
+    def _spin_orbital(self, blocks: tuple[str, ...]) -> np.ndarray:
+        """Assemble spin-orbital amplitudes (open-shell order) from the spin blocks."""
+        oa, ob, va, vb = (np.asarray(p, dtype=int) for p in self.spin_positions or ())
+        amps = self.result.amplitudes
+        if len(blocks) == 2:
+            out = np.zeros((self.nvirt, self.nocc))
+            for key, (v, o) in zip(blocks, ((va, oa), (vb, ob)), strict=True):
+                if key in amps:
+                    out[np.ix_(v, o)] = np.asarray(amps[key])
+            return out
+        out = np.zeros((self.nvirt, self.nvirt, self.nocc, self.nocc))
+        aa, ab, bb = (np.asarray(amps[k]) for k in blocks)
+        out[np.ix_(va, va, oa, oa)] = aa
+        out[np.ix_(vb, vb, ob, ob)] = bb
+        out[np.ix_(va, vb, oa, ob)] = ab  # the other three mixed blocks by antisymmetry
+        out[np.ix_(vb, va, oa, ob)] = -ab.transpose(1, 0, 2, 3)
+        out[np.ix_(va, vb, ob, oa)] = -ab.transpose(0, 1, 3, 2)
+        out[np.ix_(vb, va, ob, oa)] = ab.transpose(1, 0, 3, 2)
+        return out
+
+    @property
     def e_corr(self) -> float:
         """The correlation energy."""
         return float(self.result.energy)
@@ -135,12 +164,16 @@ class CCRun:
         spin-orbitals — α/β interleaved (``2p + σ``) for an RHF reference, and occupied α,
         occupied β, virtual α, virtual β for UHF/ROHF (see :mod:`sq_jax.cc.open_shell`).
         """
+        if self.spin_blocked:
+            return self._spin_orbital(UHF_AMPLITUDES[:2]).T
         t = self.result.amplitudes.get(T1)
         return np.zeros((self.nocc, self.nvirt)) if t is None else np.asarray(t).T
 
     @property
     def t2(self) -> np.ndarray:
         """T2 in PySCF's layout ``t2[i, j, a, b]``, orbitals as for :attr:`t1`."""
+        if self.spin_blocked:
+            return self._spin_orbital(UHF_AMPLITUDES[2:]).transpose(2, 3, 0, 1)
         return np.asarray(self.result.amplitudes[T2]).transpose(2, 3, 0, 1)
 
     def unrestricted_amplitudes(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
@@ -165,6 +198,15 @@ class CCRun:
                 f"unrestricted_amplitudes needs a spin-orbital run from the shipped system or "
                 f"a PySCF object; this is {why}. Use `run.t1` and `run.t2` as they are."
             )
+        if self.spin_blocked:  # the blocks themselves, in PySCF's layout
+            amps = self.result.amplitudes
+            oa, ob, va, vb = (len(p) for p in self.spin_positions or ())
+            t1a, t1b = (
+                np.asarray(amps[k]).T if k in amps else np.zeros(shape)  # zeros for CCD
+                for k, shape in zip(UHF_AMPLITUDES[:2], ((oa, va), (ob, vb)), strict=True)
+            )
+            doubles = tuple(np.asarray(amps[k]).transpose(2, 3, 0, 1) for k in UHF_AMPLITUDES[2:])
+            return (t1a, t1b), doubles
         oa, ob, va, vb = (np.asarray(p, dtype=int) for p in self.spin_positions)
         t1, t2 = self.t1, self.t2
         singles = (t1[np.ix_(oa, va)], t1[np.ix_(ob, vb)])
@@ -298,14 +340,16 @@ def solve_cc(
     df: bool = False,
     auxbasis: Any = None,
     frozen: Any = None,
+    equations: str | None = None,
     **solver_options: Any,
 ) -> CCRun:
     """Solve the CC amplitude equations with a compiled sq_jax program.
 
     Args:
         system: ``None`` for the shipped H2O/STO-3G, a PySCF RHF, UHF or ROHF object
-            (UHF and ROHF on the spin-orbital route; ROHF as PySCF runs it, converted to
-            UHF), or integrals (:class:`SpinOrbitalIntegrals` / :class:`SpatialIntegrals`).
+            (UHF and ROHF on the spin-blocked unrestricted route by default; ROHF as
+            PySCF runs it, converted to UHF), or integrals
+            (:class:`SpinOrbitalIntegrals` / :class:`SpatialIntegrals`).
         method: ``"ccsd"`` or ``"ccd"``.
         closed_shell: use the spin-adapted equations over spatial orbitals.
         solver: ``"diis"`` (Jacobi + DIIS, as PySCF) or ``"newton"`` (Newton–Krylov).
@@ -318,6 +362,13 @@ def solve_cc(
             factors: PySCF's with ``auxbasis`` (default: the basis ``mf.density_fit()``
             picks), or the exact factorization of integrals given in memory.
         auxbasis: the auxiliary basis for ``df=True`` with a PySCF object.
+        equations: the shipped equation set to solve (see
+            :func:`~sq_jax.cc.equations.available`), e.g. ``"ccsd_so"`` to run a UHF/ROHF
+            reference on the spin-orbital route; ``None`` picks the route's default:
+            ``{method}_uhf`` (spin-blocked unrestricted) for a PySCF UHF or ROHF object
+            without ``df``, else ``{method}_cs`` / ``{method}_so`` (``_df``). ``_uhf``
+            equations also accept an RHF reference or the shipped system (the same
+            orbitals for both spins).
         frozen: orbitals left uncorrelated, as PySCF's ``frozen``: a count of the lowest
             orbitals (of each spin), a list of orbital indices, or for UHF/ROHF a pair of
             lists (α, β). Indices count spatial orbitals, except for
@@ -357,11 +408,28 @@ def solve_cc(
         raise InputError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}.")
     solver_options = _solver_options(solver, solver_options)
     _check_reference(system)
-    name = f"{method}_{'cs' if closed_shell else 'so'}{'_df' if df else ''}"
-    if name not in available():
-        raise InputError(
-            f"no shipped equations for {method} with closed_shell={closed_shell}, df={df} "
-            f"(available: {', '.join(available())})."
+    name = choose_equations(
+        method, closed_shell=closed_shell, df=df, open_shell=is_open_shell(system), name=equations
+    )
+    closed_shell, df = "_cs" in name, name.endswith("_df")
+    if name.endswith("_uhf"):
+        if auxbasis is not None:
+            raise InputError(
+                f"auxbasis={auxbasis!r} applies only to density fitting; the spin-blocked "
+                f"{name!r} equations read full integrals. Pass df=True (spin-orbital DF "
+                "equations) or drop auxbasis."
+            )
+        return _solve_spin_blocked(
+            system,
+            name,
+            method,
+            solver,
+            batch,
+            memory_budget,
+            remat,
+            verbose,
+            frozen,
+            solver_options,
         )
     ints = _integrals(system, closed_shell, df, auxbasis, frozen)
     is_blocks = isinstance(ints, BlockBuilder)
@@ -370,53 +438,31 @@ def solve_cc(
     if system is None and not closed_shell and not is_blocks:  # the shipped, interleaved
         spin_positions = block_builder(None, spin_orbital=True, frozen=frozen).spin_positions
     spaces = ints.spaces() if is_blocks else Spaces(i=ints.nocc, a=ints.nvirt)
-    equations = parse(load_equations(name), spaces=spaces)
-    residual_eqs = [eq for eq in equations if eq.name in _RESIDUAL_OF]
-    energy_eqs = [eq for eq in equations if eq.name == "E"]
-    budget = {} if memory_budget is None else {"memory_budget": memory_budget}
-    residual_program = compile_program(residual_eqs, spaces, batch=batch, remat=remat, **budget)
-    energy_program = compile_program(energy_eqs, spaces)
+    residual_program, energy_program, keys = _compile(
+        name, spaces, _RESIDUAL_OF, batch, memory_budget, remat
+    )
 
     if is_blocks:  # build exactly the integral blocks the two programs read
         ints = ints.build(read_blocks(residual_program, energy_program))
         integrals = {k: jnp.asarray(v) for k, v in ints.inputs().items()}
     else:
         integrals = {"f": jnp.asarray(ints.fock), "g": jnp.asarray(ints.eri)}
-    keys = [_RESIDUAL_OF[eq.name] for eq in residual_eqs]
-    # Each program is given only what it reads (CCD's energy has no Fock term, say).
-    fixed_r = _read_by(residual_program, integrals)
-    fixed_e = _read_by(energy_program, integrals)
-
-    def residual_fn(t: Mapping[str, Any]) -> dict[str, Any]:
-        out = residual_program({**fixed_r, **t})
-        return {_RESIDUAL_OF[k]: v for k, v in out.items()}
-
-    def energy_fn(t: Mapping[str, Any]) -> Any:
-        return energy_program({**fixed_e, **_read_by(energy_program, t)})["E"]
-
     d1, d2 = ints.denominators()
     m1, m2 = ints.mp2_amplitudes()
-    start = {T1: jnp.asarray(m1), T2: jnp.asarray(m2)}
-    denominators = {T1: d1, T2: d2}
-    t0 = {k: start[k] for k in keys}
-    dens = {k: denominators[k] for k in keys}
-    label = method.upper()
-    if solver == "diis":
-        result = solve_diis(
-            residual_fn, energy_fn, t0, dens, method=label, verbose=verbose, **solver_options
-        )
-    else:
-        project = None if closed_shell else antisymmetrize
-        result = solve_newton_krylov(
-            residual_fn,
-            energy_fn,
-            t0,
-            dens,
-            project=project,
-            method=label,
-            verbose=verbose,
-            **solver_options,
-        )
+    result = _solve(
+        residual_program,
+        energy_program,
+        integrals,
+        _RESIDUAL_OF,
+        keys,
+        {T1: jnp.asarray(m1), T2: jnp.asarray(m2)},
+        {T1: d1, T2: d2},
+        solver,
+        None if closed_shell else antisymmetrize,
+        method,
+        verbose,
+        solver_options,
+    )
     return CCRun(
         method,
         closed_shell,
@@ -428,7 +474,129 @@ def solve_cc(
         ints.nvirt,
         spin_positions,
         integrals,
-        ints_source,
+        block_source=ints_source,
+        equations=name,
+    )
+
+
+def _compile(
+    name: str,
+    spaces: Spaces,
+    residual_of: Mapping[str, str],
+    batch: Any,
+    memory_budget: Any,
+    remat: bool,
+) -> tuple[Program, Program, list[str]]:
+    """The residual and energy programs, and the residuals' amplitude keys in order.
+
+    The residual program is batched or budgeted as asked.
+    """
+    equations = parse(load_equations(name), spaces=spaces)
+    residual_eqs = [eq for eq in equations if eq.name in residual_of]
+    energy_eqs = [eq for eq in equations if eq.name == "E"]
+    budget = {} if memory_budget is None else {"memory_budget": memory_budget}
+    residual_program = compile_program(residual_eqs, spaces, batch=batch, remat=remat, **budget)
+    keys = [residual_of[eq.name] for eq in residual_eqs]
+    return residual_program, compile_program(energy_eqs, spaces), keys
+
+
+def _solve(
+    residual_program: Program,
+    energy_program: Program,
+    integrals: Mapping[str, Any],
+    residual_of: Mapping[str, str],
+    keys: list[str],
+    start: Mapping[str, Any],
+    denominators: Mapping[str, Any],
+    solver: str,
+    project: Any,
+    method: str,
+    verbose: bool,
+    solver_options: Mapping[str, Any],
+) -> CCResult:
+    """Run the solver on the two compiled programs, from ``start`` (one key per residual)."""
+    # Each program is given only what it reads (CCD's energy has no Fock term, say).
+    fixed_r = _read_by(residual_program, integrals)
+    fixed_e = _read_by(energy_program, integrals)
+
+    def residual_fn(t: Mapping[str, Any]) -> dict[str, Any]:
+        out = residual_program({**fixed_r, **t})
+        return {residual_of[k]: v for k, v in out.items()}
+
+    def energy_fn(t: Mapping[str, Any]) -> Any:
+        return energy_program({**fixed_e, **_read_by(energy_program, t)})["E"]
+
+    t0 = {k: jnp.asarray(start[k]) for k in keys}
+    dens = {k: denominators[k] for k in keys}
+    label = method.upper()
+    if solver == "diis":
+        return solve_diis(
+            residual_fn, energy_fn, t0, dens, method=label, verbose=verbose, **solver_options
+        )
+    return solve_newton_krylov(
+        residual_fn,
+        energy_fn,
+        t0,
+        dens,
+        project=project,
+        method=label,
+        verbose=verbose,
+        **solver_options,
+    )
+
+
+def _project_same_spin(amplitudes: Mapping[str, Any]) -> dict[str, Any]:
+    """Antisymmetrize the same-spin T2 blocks; the others have no symmetry to keep."""
+    same = {k: amplitudes[k] for k in (UHF_AMPLITUDES[2], UHF_AMPLITUDES[4]) if k in amplitudes}
+    return {**amplitudes, **antisymmetrize(same)}
+
+
+def _solve_spin_blocked(
+    system: Any,
+    name: str,
+    method: str,
+    solver: str,
+    batch: Any,
+    memory_budget: Any,
+    remat: bool,
+    verbose: bool,
+    frozen: Any,
+    solver_options: Mapping[str, Any],
+) -> CCRun:
+    """:func:`solve_cc` on the unrestricted spin-blocked equations (``*_uhf``)."""
+    builder = spin_block_builder(system, frozen=frozen)
+    spaces = builder.spaces()
+    residual_program, energy_program, keys = _compile(
+        name, spaces, UHF_RESIDUAL_OF, batch, memory_budget, remat
+    )
+    ints = builder.build(read_spin_blocks(residual_program, energy_program))
+    integrals = {k: jnp.asarray(v) for k, v in ints.inputs().items()}
+    result = _solve(
+        residual_program,
+        energy_program,
+        integrals,
+        UHF_RESIDUAL_OF,
+        keys,
+        ints.mp2_amplitudes(),
+        ints.denominators(),
+        solver,
+        _project_same_spin,
+        method,
+        verbose,
+        solver_options,
+    )
+    return CCRun(
+        method,
+        False,
+        result,
+        ints.e_hf,
+        residual_program,
+        energy_program,
+        sum(builder.nocc),
+        sum(builder.nvirt),
+        builder.spin_positions,
+        integrals,
+        equations=name,
     )
 
 

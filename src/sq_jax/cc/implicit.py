@@ -95,6 +95,7 @@ from ._diis import pulay_coefficients
 from ._iterate import StopCriteria
 from ._options import check_solver_options
 from .solvers import CCStatus, antisymmetrize
+from .unrestricted import refuse_spin_blocked
 
 __all__ = ["ImplicitEnergy", "ImplicitSolution", "converged_energy", "implicit_energy"]
 
@@ -175,6 +176,7 @@ class ImplicitEnergy:
                     f"implicit_energy needs a finished `CCRun` (from `sq_jax.cc.solve_cc`); "
                     f"received a {type(run).__name__} without `{name}`."
                 )
+        refuse_spin_blocked(run, "implicit_energy")
         amplitudes = dict(run.result.amplitudes)
         expected = {T1, T2} if run.method == "ccsd" else {T2}
         if set(amplitudes) != expected:

@@ -140,6 +140,12 @@ def ccsd_t(
         raise InputError(
             f"(T) corrects CCSD; this run is {run.method.upper()}. Run cc.ccsd(...) first."
         )
+    if run.spin_blocked:
+        raise InputError(
+            f"(T) runs on the spin-orbital route; this run solved the spin-blocked "
+            f"{run.equations!r} equations. For UHF (T), run cc.ccsd(mf, equations='ccsd_so') "
+            "first."
+        )
     if any(k.startswith("B{") for k in run.integrals):
         raise InputError(
             "(T) from a density-fitted CCSD run is not supported yet; run cc.ccsd(mf) "
