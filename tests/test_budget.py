@@ -347,6 +347,22 @@ def test_step_cost_must_be_a_finite_nonnegative_number(ccsd, bad):
         plan_for_budget(ccsd, 10**6, step_cost=bad)
 
 
+def test_spin_partners_share_their_role_and_keep_their_own_counts():
+    """Unrestricted CCSD has four batchable spaces (i↑ i↓ a↑ a↓): the planner gives
+    partners one role (16 role choices, not 256) and plans within the budget."""
+    spaces = sq.Spaces(**{"i↑": 3, "i↓": 2, "a↑": 5, "a↓": 6})
+    eqs = [e for e in sq.parse(load_equations("ccsd_uhf"), spaces=spaces) if e.name != "E"]
+    forest = sq.build_forest(eqs, spaces)
+    configs = search._configs(search._batchable_spaces(forest, None))
+    assert len(configs) == 16
+    for cfg in configs:
+        roles = {s: (e, c) for s, e, c in cfg.roles}
+        assert roles.get("a↑") == roles.get("a↓") and roles.get("i↑") == roles.get("i↓")
+    budget = _peak(forest, BatchPlan()) // 2
+    plan = plan_for_budget(forest, budget)
+    assert plan.spaces and _peak(forest, plan) <= budget
+
+
 # -- end to end: the budget-planned program ------------------------------------------------
 
 

@@ -92,11 +92,36 @@ def _two_modes_of_one_space(forest: Forest, spaces: Sequence[str]) -> bool:
     return False
 
 
+SPIN_MARKS = "↑↓"
+"""Spin labels of the built-in spin-blocked spaces (``i↑``, ``a↓``, ...)."""
+
+
+def _spin_groups(spaces: Sequence[str]) -> list[tuple[str, ...]]:
+    """``spaces`` grouped with their spin partners (``a↑`` with ``a↓``), in order.
+
+    Example:
+        >>> _spin_groups(("a↑", "a↓", "i↑", "i↓", "x"))
+        [('a↑', 'a↓'), ('i↑', 'i↓'), ('x',)]
+    """
+    groups: dict[str, list[str]] = {}
+    for s in spaces:
+        groups.setdefault(s.rstrip(SPIN_MARKS) if s[-1:] in SPIN_MARKS else s, []).append(s)
+    return [tuple(g) for g in groups.values()]
+
+
 def _configs(spaces: Sequence[str]) -> list[Configuration]:
-    """Every role choice over ``spaces`` (the empty one first), by batched roles."""
+    """Every role choice over ``spaces`` (the empty one first), by batched roles.
+
+    Spin partners (``a↑``, ``a↓``) take the same role (their batch counts stay
+    independent): the α and β blocks of an unrestricted program are alike, and four
+    independent spin spaces would mean 256 role choices to schedule instead of 16.
+    """
+    groups = _spin_groups(spaces)
     out = []
-    for choice in itertools.product((None, *ROLES), repeat=len(spaces)):
-        roles = tuple((s, *r) for s, r in zip(spaces, choice, strict=True) if r is not None)
+    for choice in itertools.product((None, *ROLES), repeat=len(groups)):
+        roles = tuple(
+            (s, *r) for g, r in zip(groups, choice, strict=True) if r is not None for s in g
+        )
         out.append(roles)
     out.sort(key=lambda r: (sum(int(e) + int(c) for _, e, c in r), len(r)))
     return [Configuration(r, k) for k, r in enumerate(out)]
