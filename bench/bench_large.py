@@ -8,7 +8,9 @@ subcommand, each printing a markdown table and writing ``large-<figure>.json`` a
     .venv/bin/python bench/bench_large.py so      # (b) (H2O)2/cc-pVDZ vs PySCF GCCSD
     .venv/bin/python bench/bench_large.py cs      # (c) benzene/cc-pVDZ vs PySCF cc.CCSD
     .venv/bin/python bench/bench_large.py w3      # (d) budgets 1/4, 1/8: H2O and benzene
+    .venv/bin/python bench/bench_large.py uccsd   # (e) CH2 triplet/cc-pVDZ vs PySCF UCCSD
     .venv/bin/python bench/bench_large.py pyscf-df-setup   # PySCF DF-CCSD setup + 1 update
+    .venv/bin/python bench/bench_large.py triples # (f) (T) benzene/cc-pVDZ vs PySCF ccsd_t
     .venv/bin/python bench/bench_large.py cs --tiny        # any of them on H2O, seconds
 
 ``scale`` runs in a fresh subprocess so that the peak RSS it reports is its own. Timings
@@ -31,7 +33,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import large
+import large_uhf
 import measure
+import triples
 import workloads as wl
 from _timing import log, matmul_fn
 from report import f3, machine
@@ -46,8 +50,13 @@ SIZES: dict[str, tuple[Any, Any]] = {
     "cs": ("benzene-ccpvdz", "h2o-631g"),
     "w3": (("h2o-ccpvdz", "benzene-ccpvdz"), ("h2o-sto3g", "h2o-631g")),
     "pyscf-df-setup": (("benzene-ccpvdz",), ("h2o-631g",)),
+    "triples": ("benzene-ccpvdz", "h2o-ccpvdz"),
+    "uccsd": (
+        ("CH2 triplet", large_uhf.CH2, "cc-pvdz", 2),
+        ("OH radical", large_uhf.OH, "sto-3g", 1),
+    ),
 }
-TARGETS = {"scale": 1.0, "so": 0.25, "cs": 0.30}
+TARGETS = {"scale": 1.0, "so": 0.25, "cs": 0.30, "triples": 1.0, "uccsd": 0.5}
 
 
 def size(b: Any) -> str:
@@ -149,6 +158,27 @@ def md_w3(records: list[dict]) -> list[str]:
     return lines
 
 
+def md_uccsd(r: dict) -> list[str]:
+    s = r["sq_jax"]
+    (oa, ob), (va, vb) = s["nocc"], s["nvirt"]
+    return [
+        "| system | o (α, β), v (α, β) | PySCF UCCSD s/it | sq_jax s/it | "
+        "×PySCF (target ≤ 0.5) | FLOPs ÷ spin-orbital program | max rel. Δ (update, R) | "
+        "abs ΔE (Eh) | compile s (passes / XLA) |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| {r['system']}/{r['basis']} | ({oa}, {ob}), ({va}, {vb}) | "
+        + " | ".join(_timing_cells(r))
+        + f" | {r['ratio_pyscf']:.3f} | {s['flops']:.3e} ÷ {s['so_flops']:.3e} = "
+        f"{s['flops'] / s['so_flops']:.2f} | "
+        + " | ".join(_check_cells(r["check"]))
+        + f" | {s['passes_s']:.1f} / {s['xla_compile_s']:.1f} |",
+        "",
+        f"PySCF: `{r['pyscf']['class']}`, ao2mo {r['pyscf']['ao2mo_s']:.1f} s; sq_jax "
+        f"spin blocks {s['blocks_s']:.1f} s ({size(s['block_bytes'])}); UHF {r['scf_s']:.1f} s. "
+        f"Geometry (Å): `{r['atom']}`, 2S = {r['spin']}.",
+    ]
+
+
 def md_setup(r: dict) -> list[str]:
     keys = ("class", "nocc", "nvir", "naux", "scf_s", "ao2mo_s", "mp2_s", "update_amps_s")
     return [
@@ -157,6 +187,25 @@ def md_setup(r: dict) -> list[str]:
         "| "
         + " | ".join(f3(r[k], ".1f") if k.endswith("_s") else str(r[k]) for k in keys)
         + f" | {size(r['peak_rss'])} |",
+    ]
+
+
+def md_triples(r: dict) -> list[str]:
+    u, b, t = r["unbatched"], r["batched"], r["times"]
+    return [
+        "| system | o, v | PySCF ccsd_t s | sq_jax (T) s unbatched / batched | ×PySCF "
+        "(target ≤ 1.0) | XLA temp+out unbatched / batched (budget, ÷ budget) | "
+        "predicted batched | loops | FLOPs unb. / batched | abs ΔE(T) (Eh) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| {r['system']} | {r['o']}, {r['v']} | {t['pyscf']['median_s']:.4f} | "
+        f"{t['sq_jax_unbatched']['median_s']:.4f} / {t['sq_jax_batched']['median_s']:.4f} | "
+        f"{r['ratio_unbatched']:.2f} / {r['ratio_batched']:.2f} | "
+        f"{size(u['xla_bytes'])} / {size(b['xla_bytes'])} ({size(b['budget_bytes'])}, "
+        f"{r['batched_xla_over_budget']:.2f}) | {size(b['predicted_bytes'])} | {b['loops']} | "
+        f"{u['flops']:.3e} / {b['flops']:.3e} | {r['abs_de_t']:.1e} |",
+        "",
+        f"Batched plan: {b['plan']}. Compile + first call: unbatched "
+        f"{u['compile_and_first_call_s']:.1f} s, batched {b['compile_and_first_call_s']:.1f} s.",
     ]
 
 
@@ -185,6 +234,15 @@ def run_figure(figure: str, args: argparse.Namespace) -> tuple[Any, list[str]]:
             ),
         ]
         return recs, md_w3(recs)
+    if figure == "triples":
+        spec = wl.SYSTEMS[size]
+        mf = large.run_scf(spec.atom, spec.basis, density_fit=False)
+        rec = triples.triples_figure(mf, args.reps)
+        rec["system"] = size
+        return rec, md_triples(rec)
+    if figure == "uccsd":
+        rec = large_uhf.unrestricted_iteration(*size, args.reps)
+        return rec, md_uccsd(rec)
     spec = wl.SYSTEMS[size[0]]
     rec = large.pyscf_df_setup(spec.atom, spec.basis)
     return rec, md_setup(rec)

@@ -55,6 +55,17 @@ def test_closed_shell_cli_writes_results_and_matches_pyscf_ccsd(tmp_path):
     assert "GCCSD" in (tmp_path / "large-so-tiny.json").with_suffix(".md").read_text()
 
 
+def test_uccsd_figure_matches_pyscf_uccsd_update_per_spin_block(tmp_path):
+    full = bench_large.main(["uccsd", "--tiny", "--reps", "1", "--out", str(tmp_path)])
+    check = full["result"]["check"]
+    _assert_agrees(check)
+    assert {k for k in check if k.startswith("rel_update_")} == {
+        f"rel_update_{n}" for n in ("t1a", "t1b", "t2aa", "t2ab", "t2bb")
+    }
+    assert full["result"]["pyscf"]["class"] == "pyscf.cc.uccsd.UCCSD"
+    assert "UCCSD" in (tmp_path / "large-uccsd-tiny.md").read_text()
+
+
 def test_compare_catches_a_wrong_residual_or_layout():
     rng = np.random.default_rng(3)
     amps = {wl.T1: rng.standard_normal((2, 3)), wl.T2: rng.standard_normal((2, 2, 3, 3))}

@@ -297,21 +297,70 @@ def test_infeasible_with_restricted_spaces_suggests_more_spaces(ccd):
 def test_a_schedule_error_only_excludes_that_candidate(ccd_flat, monkeypatch):
     ccd = ccd_flat
     p0 = _peak(ccd, BatchPlan())
-    free = plan_for_budget(ccd, p0 // 2)
-    assert any(s.space == "a" and s.external for s in free.spaces)
+    free = plan_for_budget(ccd, p0 // 2, step_cost=0)  # FLOPs alone: comparable below
+    chosen = free.spaces[0]  # refuse the chosen plan's first role; the rest stays open
+    kind = sq.LoopKind.EXTERNAL if chosen.external else sq.LoopKind.CONTRACTED
     real = search.schedule_forest
 
-    def refuse_external_a(forest, plan, **kw):
-        s = plan.batch_for("a")
-        if s is not None and s.external:
+    def refuse_chosen_role(forest, plan, **kw):
+        if plan.is_batched(chosen.space, kind):
             raise sq.ScheduleError("refused for the test")
         return real(forest, plan, **kw)
 
-    monkeypatch.setattr(search, "schedule_forest", refuse_external_a)
-    plan = plan_for_budget(ccd, p0 // 2)
-    assert not plan.is_batched("a", sq.LoopKind.EXTERNAL)
+    monkeypatch.setattr(search, "schedule_forest", refuse_chosen_role)
+    plan = plan_for_budget(ccd, p0 // 2, step_cost=0)
+    assert not plan.is_batched(chosen.space, kind)
     assert _peak(ccd, plan) <= p0 // 2
     assert schedule_flops(schedule_forest(ccd, plan)) >= schedule_flops(schedule_forest(ccd, free))
+
+
+def _executed_steps(forest: sq.Forest, plan: BatchPlan) -> int:
+    """Builds and loop iterations the scheduled program runs, walked block by block."""
+    sf = schedule_forest(forest, plan)
+    total = 0
+    for blk, ancestors in sf.ordered.walk():
+        runs = math.prod(
+            plan.batch_for(b.level.space).batches for b in (*ancestors, blk) if not b.is_root
+        )
+        builds = sum(1 for st in blk.steps if not hasattr(st, "steps"))
+        total += runs * (builds + (0 if blk.is_root else 1))
+    return total
+
+
+def test_step_cost_trades_a_few_flops_for_far_fewer_steps(ccsd):
+    p0 = _peak(ccsd, BatchPlan())
+    by_flops = plan_for_budget(ccsd, p0 // 4, step_cost=0)
+    price = 1e5
+    by_cost = plan_for_budget(ccsd, p0 // 4, step_cost=price)
+    assert _peak(ccsd, by_cost) <= p0 // 4
+
+    def cost(plan):
+        return schedule_flops(schedule_forest(ccsd, plan)) + price * _executed_steps(ccsd, plan)
+
+    assert cost(by_cost) <= cost(by_flops)
+    assert _executed_steps(ccsd, by_cost) < _executed_steps(ccsd, by_flops)
+
+
+@pytest.mark.parametrize("bad", [-1, math.nan, math.inf, True, "1e5"])
+def test_step_cost_must_be_a_finite_nonnegative_number(ccsd, bad):
+    with pytest.raises(sq.PlanError, match="step_cost"):
+        plan_for_budget(ccsd, 10**6, step_cost=bad)
+
+
+def test_spin_partners_share_their_role_and_keep_their_own_counts():
+    """Unrestricted CCSD has four batchable spaces (i↑ i↓ a↑ a↓): the planner gives
+    partners one role (16 role choices, not 256) and plans within the budget."""
+    spaces = sq.Spaces(**{"i↑": 3, "i↓": 2, "a↑": 5, "a↓": 6})
+    eqs = [e for e in sq.parse(load_equations("ccsd_uhf"), spaces=spaces) if e.name != "E"]
+    forest = sq.build_forest(eqs, spaces)
+    configs = search._configs(search._batchable_spaces(forest, None))
+    assert len(configs) == 16
+    for cfg in configs:
+        roles = {s: (e, c) for s, e, c in cfg.roles}
+        assert roles.get("a↑") == roles.get("a↓") and roles.get("i↑") == roles.get("i↓")
+    budget = _peak(forest, BatchPlan()) // 2
+    plan = plan_for_budget(forest, budget)
+    assert plan.spaces and _peak(forest, plan) <= budget
 
 
 # -- end to end: the budget-planned program ------------------------------------------------
@@ -328,7 +377,8 @@ CCSD_RUN_SPACES = sq.Spaces(i=6, a=16)
 @pytest.fixture(scope="module")
 def programs():
     """Budget-planned CCSD programs, from generous to tight: the unbatched program's
-    requirement, then 1/2, 1/4 and 1/8 of it (the W3 budgets of docs/benchmarks.md).
+    requirement, then 1/2, 1/4 and 1/8 of it (the W3 budgets of docs/benchmarks.md), by
+    the default planner and by FLOPs alone.
 
     Rows: (forest, budget, plan, program, compiled, inputs).
     """
@@ -340,13 +390,25 @@ def programs():
         inputs = {s.block_key: 0.1 * rng.standard_normal(s.shape) for s in input_specs(forest)}
         p0 = _peak(forest, BatchPlan())
         rows = []
-        for frac in (1, 1 / 2, 1 / 4, 1 / 8):
+        # the default planner's plans, then the FLOPs-only plans without the extended
+        # variants (step_cost=0, extended=False: few loops each, where the model is exact)
+        for frac, options in (
+            (1, {}),
+            (1 / 2, {}),
+            (1 / 4, {}),
+            (1 / 8, {}),
+            (1 / 2, FLOPS_ONLY),
+            (1 / 4, FLOPS_ONLY),
+        ):
             b = int(p0 * frac)
-            plan = plan_for_budget(forest, b)
+            plan = plan_for_budget(forest, b, **options)
             prog = compile_(sq.parse(text), CCSD_RUN_SPACES, batch=plan)
             compiled = prog.compiled(inputs)  # what a call runs: one compile, run and memory
             rows.append((forest, b, plan, prog, compiled, inputs))
     return rows
+
+
+FLOPS_ONLY = {"step_cost": 0, "extended": False}
 
 
 def test_budget_planned_program_matches_the_reference(programs):

@@ -3,7 +3,9 @@
 Every energy is compared with PySCF's own CCSD (UCCSD for UHF and ROHF, which PySCF runs
 on the ROHF orbitals converted to UHF; RCCSD for RHF) with the same ``frozen``, both
 sides converged to |ΔE| < 1e-11, to 1e-9 Eh. The amplitudes' layout (``run.t1``,
-``run.t2``) is checked against PySCF's amplitudes block by block.
+``run.t2``) is checked against PySCF's amplitudes block by block. UHF and ROHF run the
+spin-blocked unrestricted equations (``ccsd_uhf``) by default; density fitting and
+``equations="ccsd_so"`` the spin-orbital ones (see also ``test_cc_unrestricted.py``).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def h2o_rhf():
 def test_uhf_ccsd_equals_pyscf_uccsd_with_its_amplitudes(oh_uhf):
     ref = _pyscf_ccsd(oh_uhf)
     run = cc.ccsd(oh_uhf, **TIGHT)
-    assert run.converged
+    assert run.converged and run.equations == "ccsd_uhf"
     assert abs(run.e_corr - ref.e_corr) < 1e-9
     assert abs(run.e_tot - ref.e_tot) < 1e-9
     # Spin-orbital order: occupied α, occupied β, virtual α, virtual β.
@@ -86,6 +88,7 @@ def test_density_fitted_uhf_frozen_core_equals_pyscf_df_uccsd():
     mf = _scf(lambda mol: scf.UHF(mol).density_fit(), OH, "6-31g", spin=1)
     ref = _pyscf_ccsd(mf, frozen=1)  # PySCF's dfuccsd: the SCF's fitting basis throughout
     run = cc.ccsd(mf, df=True, frozen=1, **TIGHT)
+    assert run.equations == "ccsd_so_df"
     assert abs(run.e_corr - ref.e_corr) < 1e-9 and abs(run.e_tot - ref.e_tot) < 1e-9
 
 
@@ -185,9 +188,14 @@ def test_cli_spin_and_frozen_run_uhf_as_pyscf(capsys):
     argv = ["ccsd", "--molecule", "h2o", "--charge", "1", "--spin", "1", "--frozen", "1"]
     assert main([*argv, "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "(UHF, 2S=1), spin-orbital: 7 occupied (1 frozen per spin), 5 virtual" in out
+    assert "(UHF, 2S=1), unrestricted (spin-blocked): 7 occupied (1 frozen per spin)" in out
     energy = float(out.split("E(CCSD)")[1].split("=")[1].split()[0])
     assert abs(energy - ref.e_tot) < 1e-8  # the CLI's own tolerances (e_tol 1e-10)
+    assert main([*argv, "--spin-orbital", "--quiet"]) == 0  # the spin-orbital route
+    out = capsys.readouterr().out
+    assert "(UHF, 2S=1), spin-orbital: 7 occupied (1 frozen per spin), 5 virtual" in out
+    energy = float(out.split("E(CCSD)")[1].split("=")[1].split()[0])
+    assert abs(energy - ref.e_tot) < 1e-8
 
 
 @pytest.mark.parametrize(

@@ -187,7 +187,7 @@ def test_multi_line_errors_are_shown_whole_on_stderr(capsys):
 
 def test_schedule_argument_that_names_nothing_is_an_error(capsys):
     err = _error(capsys, ["schedule", "nosuchset", "--spaces", "i=2,a=3"])
-    assert "'nosuchset' is not a shipped equation set (ccd_cs, ccd_so, ccsd_cs" in err
+    assert "'nosuchset' is not a shipped equation set (ccd_cs, ccd_so, ccd_uhf, ccsd_cs" in err
     assert "not an existing file, and not equation text (which contains '='" in err
 
 

@@ -35,6 +35,7 @@ PACKAGE = "sq_jax"
 STAGES: dict[str, int] = {
     "_errors": 0,
     "_units": 1,
+    "_enums": 1,
     "expr": 2,
     "derive": 3,
     "forest": 3,

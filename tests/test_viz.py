@@ -18,7 +18,7 @@ from sq_jax.schedule import ScheduledForest, schedule_annotated, schedule_forest
 from sq_jax.schedule.ir import BuildStep
 from sq_jax.schedule.peak import dag_path
 from sq_jax.viz import plot_loop_nest, plot_peak_profile
-from sq_jax.viz._common import MISSING
+from sq_jax.viz._figure import MISSING
 from sq_jax.viz.loop_nest import BLOCK_GID_PREFIX
 from sq_jax.viz.peak import CURVE_GID, LIVE_GID, LOOP_GID, MARKER_GID, live_bytes
 

@@ -64,7 +64,7 @@ def compile(
         memory_budget: bytes (or text such as ``"2 GiB"``) for what the compiled program
             allocates — intermediates, XLA's operand copies, loop buffers and results, as
             predicted by ``program.memory_bytes`` with 25% headroom; inputs excluded: the
-            batch plan that fits it with the fewest FLOPs is chosen
+            cheapest batch plan that fits it (FLOPs plus a price per executed step) is chosen
             (:func:`~sq_jax.budget.plan_for_budget`), then compiled and held to XLA's
             own ``memory_analysis()`` for its input blocks, planning tighter while XLA
             measures over the budget (:func:`~sq_jax.budget.fit_to_budget`). Exclusive

@@ -7,9 +7,14 @@ why none does.
 
 Users say how much memory they have, not which modes to batch. :func:`plan_for_budget`
 chooses the batched spaces, their roles (external / contracted) and their batch counts
-that minimise the FLOPs of the scheduled program, recomputation included
-(:func:`sq_jax.schedule.cost.schedule_flops`), subject to its memory fitting the budget
-— SeQuant's "perf-first" objective (``docs/schedule.md``, "Loop placement").
+that minimise the program's cost — its FLOPs, recomputation included
+(:func:`sq_jax.schedule.cost.schedule_flops`), plus a price per executed step (each
+build and loop iteration, :data:`~sq_jax.budget.search.STEP_COST`) — subject to its
+memory fitting the budget. SeQuant's "perf-first" objective (``docs/schedule.md``,
+"Loop placement") counts FLOPs alone (``step_cost=0``); the step price keeps a plan
+from cutting a space into one batch per element when a few larger batches cost nearly
+the same FLOPs (spin-orbital CCSD, H2O/cc-pVDZ at 1/4 of its memory: FLOPs alone chose
+38 batches, 68,000 executed steps and 5.15x the unbatched time).
 
 **What the budget counts.** What the compiled program allocates, as XLA's
 ``memory_analysis()`` reports it (temporaries + outputs): every intermediate, the
@@ -28,33 +33,35 @@ only on the configuration, not on the batch counts, so each configuration is sch
 and lowered once, and its memory and FLOPs are then exact functions of the counts: the
 memory is a sweep over live buffers whose sizes are monomials in the block sizes (some
 only present when a block size leaves an uneven last batch), the FLOPs a polynomial in
-the batch counts (:func:`sq_jax.schedule.cost.flop_terms`). The FLOPs rise with every
+the batch counts (:func:`sq_jax.schedule.cost.flop_terms`), and so are the executed
+steps (:func:`~sq_jax.budget.model.step_terms`). The cost rises with every
 count, so for every count of all but the last batched space on a ladder of distinct
 block sizes (``ceil(extent / n)``), the last space's counts are tried from the fewest
 up and the first that fits is kept; a combination is skipped when its cheapest count
 already costs more than the best plan found. Configurations are visited
 by the number of batched roles; once a plan without recomputation is found, levels with
-more batched roles are not visited (they cannot win the tie-break).
+more batched roles are not visited (they rarely win: more roles, more loops).
 
-**Objective and ties.** Minimise ``(FLOPs, batched roles, loop blocks in the schedule,
-total batches, configuration order)``: at equal FLOPs the plan with fewer batched roles,
-then fewer loops, then fewer batches wins. The result is deterministic. The returned plan
-is scheduled once more to check its peak and FLOPs against the model.
+**Objective and ties.** Minimise ``(cost, FLOPs, batched roles, loop blocks in the
+schedule, total batches, configuration order)``. The result is deterministic for one
+JAX backend (the step price depends on it). The returned plan is scheduled once more to
+check its peak and FLOPs against the model.
 
 References: SeQuant's batched evaluation (``docs/schedule.md``); cotengra's
 slicing search for the idea of pricing recomputation against memory (not its code).
 
 External loops open at the roots, or at the reads of the values a permuted sum reads
 (``external_site="root"``, :mod:`sq_jax.plan.annotate`), one loop per batched result
-index. With ``plan_for_budget(..., extended=True)`` the variants of
-:data:`~sq_jax.budget.search.EXTENDED_PHASES` follow, each searched only when nothing found
-before costs at most :data:`~sq_jax.budget.search.EXTENDED_GATE` times the unbatched
-FLOPs: operands hoisted out of loops (``BatchPlan.hoist``) and one external loop per
-space (``BatchPlan.external_modes="first"``). Opt-in: the lowered-memory model is not
-calibrated on these plans (one loop per space over-predicted by 1.1-1.4x on CCSD, one
-hoisted plan measured 1.25x its prediction), and each phase schedules every role choice
-again (planner time). Loops at the roots themselves (``"top"``: lower memory floor, more FLOPs) are
-searched last, when nothing costs below twice the unbatched FLOPs; the fewest FLOPs win.
+index. The variants of :data:`~sq_jax.budget.search.EXTENDED_PHASES` follow (turned
+off by ``extended=False``), each searched only when nothing found before costs at most
+:data:`~sq_jax.budget.search.EXTENDED_GATE` times the unbatched program: operands
+hoisted out of loops (``BatchPlan.hoist``) and one external loop per space
+(``BatchPlan.external_modes="first"``). The lowered-memory model is less exact on these
+plans (one loop per space over-predicted by 1.1-1.4x on CCSD, one hoisted plan measured
+1.25x its prediction); ``sq.compile`` holds every budgeted program to XLA's own figures
+(:func:`~sq_jax.budget.fit_to_budget`). Each phase schedules every role choice again
+(planner time). Loops at the roots themselves (``"top"``: lower memory floor, more
+FLOPs) are searched last, when nothing costs below twice the unbatched program.
 
 Known limitations: the memory model predicts XLA's live buffers, not its heap fragmentation,
 which grows with the number of loops (a plan with 80 loop instances measured 1.6x its

@@ -25,8 +25,17 @@ from ..lower.memory import memory_model
 from ..plan.batch import BatchPlan, SpaceBatch
 from ..schedule import ScheduledForest
 from ..schedule.cost import flop_terms
+from ..schedule.ir import BuildStep
 
-__all__ = ["ROLES", "XLA_HEADROOM", "BudgetModel", "Configuration", "SearchPoint", "budget_model"]
+__all__ = [
+    "ROLES",
+    "XLA_HEADROOM",
+    "BudgetModel",
+    "Configuration",
+    "SearchPoint",
+    "budget_model",
+    "step_terms",
+]
 
 _ITEMSIZE = 8
 
@@ -85,6 +94,7 @@ class BudgetModel:
     xla_uneven: np.ndarray  # (M,): space index whose uneven last batch it needs, or -1
     xla_live: np.ndarray  # (M, Q): coefficient of each monomial at each point
     extents: tuple[int, ...]  # per batched space
+    step_polynomial: tuple[tuple[tuple[int, ...], int], ...] = ()  # (exponents, steps)
 
     def static_peak(self, blocks: Sequence[int]) -> int:
         """The schedule's peak profile (SeQuant's model) at these block sizes."""
@@ -111,13 +121,49 @@ class BudgetModel:
 
     def flops(self, counts: Sequence[int]) -> int:
         """The schedule's FLOPs at these batch counts (recomputation included)."""
-        total = 0
-        for exps, flops in self.flop_polynomial:
-            term = flops
-            for n, k in zip(counts, exps, strict=True):
-                term *= n**k
-            total += term
-        return total
+        return _evaluate(self.flop_polynomial, counts)
+
+    def steps(self, counts: Sequence[int]) -> int:
+        """Build steps and loop iterations the program executes at these batch counts."""
+        return _evaluate(self.step_polynomial, counts)
+
+    def cost(self, counts: Sequence[int], step_cost: float) -> float:
+        """The search's objective: FLOPs plus ``step_cost`` FLOPs per executed step."""
+        return self.flops(counts) + step_cost * self.steps(counts)
+
+
+def _evaluate(polynomial: Sequence[tuple[tuple[int, ...], int]], counts: Sequence[int]) -> int:
+    total = 0
+    for exps, coef in polynomial:
+        term = coef
+        for n, k in zip(counts, exps, strict=True):
+            term *= n**k
+        total += term
+    return total
+
+
+def step_terms(sf: ScheduledForest, spaces: Sequence[str]) -> dict[tuple[int, ...], int]:
+    """The executed steps of ``sf`` as a polynomial in the batch counts of ``spaces``.
+
+    A build step runs once per iteration of every loop around it, and each loop
+    iteration is a step of its own (slicing, carrying, the loop's bookkeeping): per
+    block, ``(builds + 1) * prod(n_s ** loops over s around it)``.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> from sq_jax.schedule import schedule_forest
+        >>> forest = sq.build_forest(sq.parse("E = f{i1;a1} t{a1;i1}"), sq.Spaces(i=2, a=4))
+        >>> cfg = Configuration((("a", False, True),), rank=0)
+        >>> step_terms(schedule_forest(forest, cfg.plan([2])), ("a",))
+        {(0,): 0, (1,): 1}
+    """
+    poly: dict[tuple[int, ...], int] = {}
+    for blk, ancestors in sf.ordered.walk():
+        loops = [b.level.space for b in (*ancestors, blk) if not b.is_root]
+        exps = tuple(loops.count(s) for s in spaces)
+        builds = sum(1 for step in blk.steps if isinstance(step, BuildStep))
+        poly[exps] = poly.get(exps, 0) + builds + (0 if blk.is_root else 1)
+    return poly
 
 
 def budget_model(sf: ScheduledForest, config: Configuration) -> BudgetModel:
@@ -177,6 +223,7 @@ def budget_model(sf: ScheduledForest, config: Configuration) -> BudgetModel:
         np.array([where.get(c, -1) if c is not None else -1 for _, c in monos], dtype=np.int64),
         np.array(coefs, dtype=np.int64).reshape(len(monos), -1),
         tuple(extent(s) for s in spaces),
+        tuple(sorted(step_terms(sf, spaces).items())),
     )
 
 
@@ -189,3 +236,4 @@ class SearchPoint:
     counts: tuple[int, ...]
     peak: int
     flops: int
+    cost: float = 0.0

@@ -1,4 +1,4 @@
-"""The budget search: every configuration, every batch count, the fewest FLOPs that fit.
+"""The budget search: every configuration, every batch count, the cheapest plan that fits.
 
 See :mod:`sq_jax.budget` for the objective, the ties and what the budget counts.
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
@@ -22,9 +23,9 @@ from ..plan.batch import BatchPlan
 from ..schedule import ScheduledForest, schedule_forest
 from ..schedule.cost import schedule_flops
 from .explain import infeasible_error, required_bytes, with_counts
-from .model import ROLES, BudgetModel, Configuration, SearchPoint, budget_model
+from .model import ROLES, BudgetModel, Configuration, SearchPoint, budget_model, step_terms
 
-__all__ = ["plan_for_budget"]
+__all__ = ["default_step_cost", "plan_for_budget"]
 
 
 def _ladder(extent: int, max_batches: int | None) -> tuple[tuple[int, int], ...]:
@@ -51,6 +52,35 @@ hoisting the values read under two labelings removes the last duplicates at the
 largest memory."""
 
 
+STEP_COST = {"cpu": 1e5}
+"""FLOPs charged per executed step, by JAX backend: on this project's 2-core CPU a
+step inside a loop cost about 0.7 us beyond its FLOPs (spin-orbital CCSD, H2O/cc-pVDZ,
+``a`` in 38 external batches: 5.15x the unbatched time at 1.09x the FLOPs), i.e.
+about 7e4 FLOPs at the ~95 GFLOP/s the unbatched program ran at. Accelerators launch a
+kernel per step (microseconds) at a far higher rate: :data:`STEP_COST_ACCELERATOR`."""
+
+STEP_COST_ACCELERATOR = 1e8
+
+
+def default_step_cost() -> float:
+    """:data:`STEP_COST` for the default JAX backend (accelerators: the larger figure).
+
+    Example:
+        >>> import jax
+        >>> default_step_cost() == (1e5 if jax.default_backend() == "cpu" else 1e8)
+        True
+    """
+    import jax  # the planner itself does not need JAX; the backend only sets a price
+
+    return STEP_COST.get(jax.default_backend(), STEP_COST_ACCELERATOR)
+
+
+def _unbatched_steps(forest: Forest) -> int:
+    """The build steps of the unbatched program: one per computed value."""
+    sf = schedule_forest(forest, BatchPlan())
+    return sum(step_terms(sf, ()).values())
+
+
 def _two_modes_of_one_space(forest: Forest, spaces: Sequence[str]) -> bool:
     """Whether some result has two indices of one batchable space (two external loops)."""
     for root in forest.roots:
@@ -62,11 +92,36 @@ def _two_modes_of_one_space(forest: Forest, spaces: Sequence[str]) -> bool:
     return False
 
 
+SPIN_MARKS = "↑↓"
+"""Spin labels of the built-in spin-blocked spaces (``i↑``, ``a↓``, ...)."""
+
+
+def _spin_groups(spaces: Sequence[str]) -> list[tuple[str, ...]]:
+    """``spaces`` grouped with their spin partners (``a↑`` with ``a↓``), in order.
+
+    Example:
+        >>> _spin_groups(("a↑", "a↓", "i↑", "i↓", "x"))
+        [('a↑', 'a↓'), ('i↑', 'i↓'), ('x',)]
+    """
+    groups: dict[str, list[str]] = {}
+    for s in spaces:
+        groups.setdefault(s.rstrip(SPIN_MARKS) if s[-1:] in SPIN_MARKS else s, []).append(s)
+    return [tuple(g) for g in groups.values()]
+
+
 def _configs(spaces: Sequence[str]) -> list[Configuration]:
-    """Every role choice over ``spaces`` (the empty one first), by batched roles."""
+    """Every role choice over ``spaces`` (the empty one first), by batched roles.
+
+    Spin partners (``a↑``, ``a↓``) take the same role (their batch counts stay
+    independent): the α and β blocks of an unrestricted program are alike, and four
+    independent spin spaces would mean 256 role choices to schedule instead of 16.
+    """
+    groups = _spin_groups(spaces)
     out = []
-    for choice in itertools.product((None, *ROLES), repeat=len(spaces)):
-        roles = tuple((s, *r) for s, r in zip(spaces, choice, strict=True) if r is not None)
+    for choice in itertools.product((None, *ROLES), repeat=len(groups)):
+        roles = tuple(
+            (s, *r) for g, r in zip(groups, choice, strict=True) if r is not None for s in g
+        )
         out.append(roles)
     out.sort(key=lambda r: (sum(int(e) + int(c) for _, e, c in r), len(r)))
     return [Configuration(r, k) for k, r in enumerate(out)]
@@ -96,29 +151,31 @@ def _search(
     ladders: Sequence[Sequence[tuple[int, int]]],
     budget: int,
     best: SearchPoint | None,
+    step_cost: float,
 ) -> SearchPoint | None:
     """The best point of one configuration under ``budget`` (``best`` if none beats it)."""
     cfg = model.config
 
-    def point(combo: Sequence[tuple[int, int]]) -> SearchPoint:
+    def point(combo: Sequence[tuple[int, int]], peak: int = -1) -> SearchPoint:
         counts = tuple(n for n, _ in combo)
         flops = model.flops(counts)
-        key = (flops, cfg.flags, model.loops, sum(counts), cfg.rank)
-        return SearchPoint(key, cfg, counts, -1, flops)
+        cost = flops + step_cost * model.steps(counts)
+        key = (cost, flops, cfg.flags, model.loops, sum(counts), cfg.rank)
+        return SearchPoint(key, cfg, counts, peak, flops, cost)
 
     if not ladders:
-        pt = point(())
         peak = model.peak(())
+        pt = point((), peak)
         if peak <= budget and (best is None or pt.key < best.key):
-            return SearchPoint(pt.key, cfg, (), peak, pt.flops)
+            return pt
         return best
     *outer, last = ladders
     for head in itertools.product(*outer):
         cheapest = point((*head, last[0]))
         if best is not None and cheapest.key >= best.key:
-            continue  # FLOPs only grow with the last count
+            continue  # FLOPs and steps only grow with the last count
         blocks = [b for _, b in head]
-        # FLOPs grow with the last count, so the first count that fits is this head's
+        # the cost grows with the last count, so the first count that fits is this head's
         # best; the peak is not monotone (an uneven last batch costs extra buffers), so
         # every count is tried rather than bisected.
         fits = next(
@@ -126,11 +183,9 @@ def _search(
         )
         if fits is None:
             continue
-        pt = point((*head, last[fits]))
+        pt = point((*head, last[fits]), model.peak([*blocks, last[fits][1]]))
         if best is None or pt.key < best.key:
-            best = SearchPoint(
-                pt.key, cfg, pt.counts, model.peak([*blocks, last[fits][1]]), pt.flops
-            )
+            best = pt
     return best
 
 
@@ -140,9 +195,14 @@ def plan_for_budget(
     *,
     spaces_allowed: Iterable[str] | None = None,
     max_batches: int | None = None,
-    extended: bool = False,
+    extended: bool = True,
+    step_cost: float | None = None,
 ) -> BatchPlan:
-    """The batch plan with the fewest FLOPs whose static peak fits ``budget``.
+    """The cheapest batch plan whose memory fits ``budget``.
+
+    The cost of a plan is its FLOPs (recomputation included) plus ``step_cost`` FLOPs
+    for every step the program executes (each build and loop iteration: the time a
+    loop pays per batch that the FLOPs do not show).
 
     Args:
         forest: the eval forest (:func:`sq_jax.build_forest`).
@@ -154,10 +214,13 @@ def plan_for_budget(
         max_batches: at most this many batches per space (default: one per element).
         extended: also search the variants of :data:`EXTENDED_PHASES` (operands
             hoisted out of loops, one external loop per space), each when the plans found
-            before cost more than :data:`EXTENDED_GATE` times the unbatched FLOPs.
-            Opt-in: :mod:`sq_jax.lower.memory` is not calibrated on these plans (CCSD,
-            i=6, a=16: one loop per space over-predicted by 1.1-1.4x, and one hoisted
-            plan measured 1.25x its prediction, just above its budget).
+            before cost more than :data:`EXTENDED_GATE` times the unbatched program
+            (default). :mod:`sq_jax.lower.memory` is less exact on these plans (CCSD,
+            i=6, a=16: one loop per space over-predicted by 1.1-1.4x, one hoisted plan
+            measured 1.25x its prediction); ``sq.compile`` holds every budgeted program
+            to XLA's own figures (:func:`~sq_jax.budget.fit_to_budget`).
+        step_cost: FLOPs charged per executed step (default :func:`default_step_cost`
+            for the default JAX backend); 0 minimises FLOPs alone.
 
     Returns:
         The plan (``BatchPlan()`` when nothing needs batching), deterministic.
@@ -192,14 +255,24 @@ def plan_for_budget(
         raise PlanError(f"max_batches must be a positive int or None, got {max_batches!r}.")
     if not isinstance(extended, bool):
         raise PlanError(f"extended must be True or False, got {extended!r}.")
+    if step_cost is None:
+        step_cost = default_step_cost()
+    elif isinstance(step_cost, bool) or not (
+        isinstance(step_cost, int | float) and math.isfinite(step_cost) and step_cost >= 0
+    ):
+        raise PlanError(f"step_cost must be a finite number >= 0, got {step_cost!r}.")
     spaces = _batchable_spaces(forest, spaces_allowed)
     extent = forest.spaces.extent
     ladders = {s: _ladder(extent(s), max_batches) for s in spaces}
     spaces = tuple(s for s in spaces if ladders[s])
     f0 = forest.flops
+    c0 = f0 + step_cost * _unbatched_steps(forest)
     best: SearchPoint | None = None
     floor: tuple[SearchPoint, ScheduledForest] | None = None  # the smallest peak seen
     scheduled: dict[Configuration, ScheduledForest] = {}
+    # the smallest peak of each role choice as first searched (no hoisting): a lower
+    # bound for its hoisted variants, which hold more values whole
+    lowest: dict[tuple, int] = defaultdict(int)
     # External loops open at the reads of a permuted sum's values first (Y built once
     # per batch), one loop per batched result index, nothing hoisted. With `extended`,
     # the variants of EXTENDED_PHASES follow, each searched only when nothing found so
@@ -220,12 +293,14 @@ def plan_for_budget(
         rank = len(phases) * len(configs)
         phases.append((2.0, [replace(c, site="top", rank=rank + c.rank) for c in external]))
     for gate, phase in phases:
-        if best is not None and best.flops <= gate * f0:
+        if best is not None and best.cost <= gate * c0:
             continue  # not worth its planner time
         level = -1
         for cfg in phase:
             if best is not None and best.flops == f0 and cfg.flags > level:
                 continue  # nothing at a higher level can win the tie-break
+            if cfg.hoist != "none" and cfg.modes == "all" and lowest[cfg.roles] > limit:
+                continue  # hoisting only adds memory to a configuration that cannot fit
             level = cfg.flags
             try:  # the structure does not depend on the counts: schedule with 2 each
                 sf = schedule_forest(forest, cfg.plan([2] * len(cfg.spaces)))
@@ -234,14 +309,17 @@ def plan_for_budget(
             scheduled[cfg] = sf
             model = budget_model(sf, cfg)
             lad = [ladders[s] for s in cfg.spaces]
-            if best is None:  # only needed for the error message
-                low, counts = min(
-                    (model.peak([b for _, b in combo]), tuple(n for n, _ in combo))
-                    for combo in itertools.product(*lad)
-                )
-                if floor is None or (low, cfg.rank) < (floor[0].peak, floor[0].config.rank):
-                    floor = (SearchPoint((), cfg, counts, low, 0), sf)
-            best = _search(model, lad, limit, best)
+            low, counts = min(
+                (model.peak([b for _, b in combo]), tuple(n for n, _ in combo))
+                for combo in itertools.product(*lad)
+            )
+            if cfg.modes == "all" and cfg.hoist == "none" and cfg.site == "root":
+                lowest[cfg.roles] = low
+            if best is None and (
+                floor is None or (low, cfg.rank) < (floor[0].peak, floor[0].config.rank)
+            ):  # only needed for the error message
+                floor = (SearchPoint((), cfg, counts, low, 0), sf)
+            best = _search(model, lad, limit, best, step_cost)
     if best is None:
         raise infeasible_error(limit, floor, spaces, _batchable_spaces(forest, None), max_batches)
     plan = best.config.plan(best.counts)

@@ -78,7 +78,7 @@ def xla_bytes(program: Program) -> int | None:
 def fit_to_budget(
     forest: Forest, budget: int | str, build: Callable[[BatchPlan], Program]
 ) -> Program:
-    """The program of the fewest-FLOP plan whose XLA memory fits ``budget``.
+    """The program of the cheapest plan whose XLA memory fits ``budget``.
 
     Args:
         forest: the eval forest to plan.

@@ -23,3 +23,5 @@ from .implicit import implicit_energy as implicit_energy
 from .lambda_ import rdm1 as rdm1
 from .lambda_ import solve_lambda as solve_lambda
 from .sequant_files import load_sequant_system as load_sequant_system
+from .triples import ccsd_t as ccsd_t
+from .triples import triples_program as triples_program

@@ -165,7 +165,8 @@ def add_cc_options(p: argparse.ArgumentParser) -> None:
         "--spin",
         type=_count,
         help="2S = Nα − Nβ for --molecule, as PySCF's spin (default 0); above 0 the "
-        "reference is UHF, on the spin-orbital route",
+        "reference is UHF, on the spin-blocked unrestricted route (--spin-orbital: the "
+        "spin-orbital one)",
     )
     system.add_argument(
         "--rohf",
@@ -194,7 +195,8 @@ def add_cc_options(p: argparse.ArgumentParser) -> None:
     shell.add_argument(
         "--spin-orbital",
         action="store_true",
-        help="spin-orbital equations (the default, except for closed-shell --eri files)",
+        help="spin-orbital equations (the default, except for closed-shell --eri files and "
+        "UHF/ROHF references, which run the spin-blocked unrestricted ones)",
     )
     p.add_argument("--batch", help="batch plan, e.g. a=4,i=2 (number of batches)")
     p.add_argument("--memory", help="memory budget for intermediates, e.g. '512 MiB'")
@@ -212,6 +214,12 @@ def add_cc_options(p: argparse.ArgumentParser) -> None:
         "--auxbasis",
         help="auxiliary basis with --df and --molecule, e.g. cc-pvdz-ri "
         "(default: what PySCF's mf.density_fit() picks)",
+    )
+    p.add_argument(
+        "--triples",
+        action="store_true",
+        help="after CCSD, the perturbative triples correction (T), compiled with the same "
+        "--batch or --memory (UHF/ROHF references then take the spin-orbital route)",
     )
     p.add_argument(
         "--dry-run",
@@ -278,6 +286,15 @@ def check_cc_args(args: argparse.Namespace) -> None:
             "--dry-run works from a molecule's sizes (--molecule/--basis, or the shipped "
             "system); for --fock/--eri files run sq_jax.cc.dry_run(nocc=..., nvirt=...)"
         )
+    if args.triples and (args.command != "ccsd" or args.df or args.dry_run):
+        why = (
+            "--df (no density-fitted (T) yet)"
+            if args.df
+            else "--dry-run"
+            if args.dry_run
+            else f"`{args.command}` ((T) corrects CCSD)"
+        )
+        raise UsageError(f"--triples does not go with {why}; run `sq-jax ccsd ... --triples`")
     if args.batch:
         pairs(args.batch, "--batch")
     check_plot_path(args.plot)

@@ -35,6 +35,7 @@ import numpy as np
 
 from .._errors import InputError
 from ..forest.inputs import input_specs
+from .unrestricted import refuse_spin_blocked
 
 T1, T2 = "t{a;i}", "t{a,a;i,i}"
 _RESIDUAL_OF = {"R1": T1, "R2": T2}
@@ -56,6 +57,7 @@ def check_run(run: Any, what: str) -> None:
             f"{run.result.message!r} after {run.result.iterations} iterations. Rerun with "
             "a larger max_iter (and tight e_tol/t_tol)."
         )
+    refuse_spin_blocked(run, what)
     if not run.integrals:
         raise InputError(
             f"{what}: the run carries no integrals (`run.integrals` is empty); rerun it "

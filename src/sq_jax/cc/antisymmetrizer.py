@@ -36,6 +36,7 @@ from .._errors import ExpressionError
 from ..expr.nodes import Equation, Expr, Product, Sum, Tensor
 from ..expr.parse import parse
 from ..expr.spaces import Spaces
+from ..expr.symmetrize import expand_symmetrizers
 from ..expr.validate import validate
 
 __all__ = ["apply_antisymmetrizer", "parse_cc_equations", "strip_antisymmetrizers"]
@@ -69,6 +70,8 @@ def parse_cc_equations(text: str, spaces: Spaces) -> tuple[tuple[Equation, ...],
     if all(not isinstance(eq.lhs, Tensor) or len(eq.lhs.bra) < DEFER_FROM_RANK for eq in raw):
         return parse(text, spaces=spaces), {}
     equations, after = strip_antisymmetrizers(raw)
+    # equations that kept no Â out (the energy, intermediates with Ŝ) are expanded as usual
+    equations = tuple(eq if eq.name in after else expand_symmetrizers(eq) for eq in equations)
     validate(equations, spaces)
     return equations, after
 

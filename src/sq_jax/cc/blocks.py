@@ -43,7 +43,7 @@ from .integrals import SpatialIntegrals, default_spatial_system, orbital_denomin
 from .open_shell import OpenShellSource, PySCFSource
 from .orbitals import freeze_integrals, reference_orbitals
 
-__all__ = ["BlockBuilder", "BlockIntegrals", "block_builder", "read_blocks"]
+__all__ = ["BlockBuilder", "BlockIntegrals", "block_builder", "integral_source", "read_blocks"]
 
 ORBITAL_SPACES = ("i", "a", "p")
 _KEY = re.compile(r"^(\w+)\{([^{}]*)\}$")
@@ -402,29 +402,46 @@ def block_builder(
             f"auxbasis={auxbasis!r} applies only to density fitting from a PySCF mean-field "
             "object; pass df=True and a PySCF RHF object, or drop auxbasis."
         )
+    source = integral_source(system, frozen=frozen, df=df, auxbasis=auxbasis)
+    if getattr(source, "spin_resolved", False) and not spin_orbital:
+        raise InputError(
+            f"the closed-shell (spin-adapted) equations need an RHF reference; received "
+            f"{type(system).__name__}, whose α and β orbitals are not doubly occupied "
+            "pairs. Use the spin-orbital route (closed_shell=False)."
+        )
+    return BlockBuilder(source, spin_orbital=spin_orbital, df=df)
+
+
+def integral_source(
+    system: Any, *, frozen: Any = None, df: bool = False, auxbasis: Any = None
+) -> Any:
+    """The spatial-block source of a system's active orbitals (what builders cut from).
+
+    A PySCF RHF object or integrals in memory give one set of spatial orbitals; a UHF or
+    ROHF object gives an :class:`~sq_jax.cc.open_shell.OpenShellSource` (α and β apart).
+
+    Raises:
+        InputError: an unsupported system or a bad ``frozen``.
+
+    Example:
+        >>> integral_source(None, frozen=1).nocc
+        4
+    """
     if system is None:
         system = default_spatial_system()
     if hasattr(system, "mo_coeff") and hasattr(system, "mol"):
         ref = reference_orbitals(system, frozen)
-        if not ref.restricted and not spin_orbital:
-            raise InputError(
-                f"the closed-shell (spin-adapted) equations need an RHF reference; received "
-                f"{type(system).__name__}, whose α and β orbitals are not doubly occupied "
-                "pairs. Use the spin-orbital route (closed_shell=False)."
-            )
         kind = PySCFSource if ref.restricted else OpenShellSource
-        source: Any = kind(system, ref, df, auxbasis)
-        return BlockBuilder(source, spin_orbital=spin_orbital, df=df)
+        return kind(system, ref, df, auxbasis)
     system = freeze_integrals(system, frozen)
     if isinstance(system, DFIntegrals):
-        source = _ArraySource(system.fock, system.nocc, system.e_hf, dfi=system)
-    elif isinstance(system, SpatialIntegrals):
+        return _ArraySource(system.fock, system.nocc, system.e_hf, dfi=system)
+    if isinstance(system, SpatialIntegrals):
         dfi = df_from_spatial(system) if df else None
-        source = _ArraySource(system.fock, system.nocc, system.e_hf, eri=system.eri, dfi=dfi)
-    else:
-        raise InputError(
-            "block integrals need a PySCF RHF object, SpatialIntegrals, DFIntegrals or None "
-            f"(the shipped H2O/STO-3G); received {type(system).__name__}. Spin-orbital "
-            "integrals cannot be refactored; pass the closed-shell ones they came from."
-        )
-    return BlockBuilder(source, spin_orbital=spin_orbital, df=df)
+        return _ArraySource(system.fock, system.nocc, system.e_hf, eri=system.eri, dfi=dfi)
+    raise InputError(
+        "block integrals need a PySCF RHF, UHF or ROHF object, SpatialIntegrals, "
+        f"DFIntegrals or None (the shipped H2O/STO-3G); received {type(system).__name__}. "
+        "Spin-orbital integrals cannot be refactored; pass the closed-shell ones they came "
+        "from."
+    )

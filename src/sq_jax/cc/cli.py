@@ -30,14 +30,27 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .._errors import SqJaxError
 from .._units import format_bytes
 from ._cli_args import UsageError, build_parser, check_cc_args, check_plot_path, is_file, pairs
 from ._cli_system import SCFNotConverged, cc_system, molecule
 from .integrals import SpinOrbitalIntegrals
+from .orbitals import is_open_shell
 
 __all__ = ["main"]
+
+
+def _open_shell_equations(method: str, args: Any, system: Any) -> str | None:
+    """The equations ``--spin-orbital`` asks for on a UHF/ROHF reference, else ``None``.
+
+    The default for such a reference is the spin-blocked unrestricted set; ``None`` leaves
+    the route's default. ``--triples`` takes the spin-orbital route (where (T) runs).
+    """
+    if (args.spin_orbital or args.triples) and is_open_shell(system):
+        return f"{method}_so{'_df' if args.df else ''}"
+    return None
 
 
 def _plot(program, path: str | None) -> None:
@@ -104,11 +117,13 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
         verbose=not args.quiet,
         max_iter=args.max_iter,
         frozen=args.frozen,
+        equations=_open_shell_equations(method, args, system),
         **_df_options(args),
     )
     seconds = time.perf_counter() - start
     res = run.result
-    basis = ("closed-shell" if closed_shell else "spin-orbital") + (", DF" if args.df else "")
+    kind = "unrestricted (spin-blocked)" if run.spin_blocked else "spin-orbital"
+    basis = ("closed-shell" if closed_shell else kind) + (", DF" if args.df else "")
     # Spin-orbital integrals from files freeze spin-orbitals; everything else, spatial ones.
     per = "" if isinstance(system, SpinOrbitalIntegrals) else " per spin"
     frozen = f" ({args.frozen} frozen{per})" if args.frozen else ""
@@ -129,8 +144,27 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
         f"memory             = {format_bytes(prog.memory_bytes)} predicted (XLA temporaries"
         f" + outputs; inputs not counted), {format_bytes(prog.peak_bytes)} peak profile"
     )
+    if args.triples:
+        _triples(run, batch, args.memory)
     _plot(prog, args.plot)
     return 0 if res.converged else 1
+
+
+def _triples(run, batch: dict | None, memory: str | None) -> None:
+    """Compute and print (T) on the converged amplitudes (``--triples``)."""
+    from .triples import ccsd_t, triples_program
+
+    start = time.perf_counter()
+    program = triples_program(run, batch=batch, memory_budget=memory)
+    e_t = ccsd_t(run, program=program)
+    seconds = time.perf_counter() - start
+    print(f"E(T)               = {e_t:.12f}")
+    print(f"E(CCSD(T))         = {run.e_tot + e_t:.12f}")
+    loops = len(program.lowered.loops())
+    print(
+        f"(T) time           = {seconds:.2f} s incl. compile; {loops} loops, memory "
+        f"{format_bytes(program.memory_bytes)} predicted"
+    )
 
 
 def _equation_text(argument: str) -> str:

@@ -39,7 +39,12 @@ import equinox as eqx
 import numpy as np
 
 from .._errors import InputError
-from .integrals import SpatialIntegrals, orbital_denominators, rhf_orbitals
+from .integrals import (
+    SpatialIntegrals,
+    check_orbital_counts,
+    orbital_denominators,
+    rhf_orbitals,
+)
 
 __all__ = ["DFIntegrals", "auxbasis_name", "df_from_spatial", "df_integrals", "fitting"]
 
@@ -95,11 +100,7 @@ class DFIntegrals(eqx.Module):
                     f"DFIntegrals.{name} must hold real floating-point values; received dtype "
                     f"{arr.dtype}. Convert with `np.asarray(x, dtype=np.float64)`."
                 )
-        if self.nocc < 1 or self.nvirt < 1 or self.nocc + self.nvirt != n:
-            raise InputError(
-                f"DFIntegrals: nocc={self.nocc} and nvirt={self.nvirt} must be positive and "
-                f"add up to the number of orbitals, {n}."
-            )
+        check_orbital_counts("DFIntegrals", self.nocc, self.nvirt, n)
 
     @property
     def nmo(self) -> int:

@@ -30,7 +30,7 @@ from ..forest.inputs import input_specs
 from ..lower.program import Program
 from .antisymmetrizer import apply_antisymmetrizer, parse_cc_equations
 from .blocks import BlockBuilder, block_builder, read_blocks
-from .equations import available, load_equations
+from .equations import available, choose_equations, load_equations
 from .integrals import (
     SpatialIntegrals,
     SpinOrbitalIntegrals,
@@ -38,7 +38,7 @@ from .integrals import (
     default_system,
     spin_orbital_from_spatial,
 )
-from .orbitals import freeze_integrals
+from .orbitals import freeze_integrals, is_open_shell
 from .solvers import (
     CCResult,
     antisymmetrize,
@@ -46,6 +46,9 @@ from .solvers import (
     solve_diis,
     solve_newton_krylov,
 )
+from .unrestricted import AMPLITUDES as UHF_AMPLITUDES
+from .unrestricted import RESIDUAL_OF as UHF_RESIDUAL_OF
+from .unrestricted import read_spin_blocks, spin_block_builder
 
 __all__ = ["CCRun", "ccd", "ccsd", "ccsdt", "solve_cc"]
 
@@ -89,6 +92,10 @@ class CCRun:
         integrals: the integral arrays the programs read, keyed by input name (``"f"``,
             ``"g"``, or block keys), so that Λ, densities and EOM can re-evaluate the
             residual at the converged amplitudes.
+        block_source: the :class:`~sq_jax.cc.blocks.BlockBuilder` the integral blocks
+            came from (``None`` for integrals given whole), so that (T) can build the
+            blocks it reads.
+        triples: what :meth:`ccsd_t` found (``"e_t"``); read it as :attr:`e_t`.
         antisymmetrized_after: residual name → rank n for the residuals whose ``Â`` the
             program does not compute (triples and up, see
             :mod:`sq_jax.cc.antisymmetrizer`): R_n is
@@ -107,7 +114,56 @@ class CCRun:
     integrals: Mapping[str, Any] = dataclasses.field(
         default_factory=dict, repr=False, compare=False
     )
+    block_source: BlockBuilder | None = dataclasses.field(default=None, repr=False, compare=False)
+    triples: dict[str, float] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    equations: str = ""
     antisymmetrized_after: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def e_t(self) -> float | None:
+        """E(T) once :meth:`ccsd_t` has run (PySCF's ``e_t``), else ``None``."""
+        return self.triples.get("e_t")
+
+    def ccsd_t(self, **options: Any) -> float:
+        """The (T) correction on the converged amplitudes; also sets :attr:`e_t`.
+
+        Takes the options of :func:`sq_jax.cc.triples.ccsd_t` (``batch``,
+        ``memory_budget``, ``canonical_tol``).
+
+        Example:
+            >>> run = ccsd()
+            >>> e_t = run.ccsd_t(memory_budget="64 KiB")
+            >>> run.e_t == e_t, round(e_t, 8)
+            (True, -6.741e-05)
+        """
+        from .triples import ccsd_t
+
+        return ccsd_t(self, **options)
+
+    @property
+    def spin_blocked(self) -> bool:
+        """Whether the unrestricted spin-blocked equations (``*_uhf``) were solved."""
+        return self.equations.endswith("_uhf")
+
+    def _spin_orbital(self, blocks: tuple[str, ...]) -> np.ndarray:
+        """Assemble spin-orbital amplitudes (open-shell order) from the spin blocks."""
+        oa, ob, va, vb = (np.asarray(p, dtype=int) for p in self.spin_positions or ())
+        amps = self.result.amplitudes
+        if len(blocks) == 2:
+            out = np.zeros((self.nvirt, self.nocc))
+            for key, (v, o) in zip(blocks, ((va, oa), (vb, ob)), strict=True):
+                if key in amps:
+                    out[np.ix_(v, o)] = np.asarray(amps[key])
+            return out
+        out = np.zeros((self.nvirt, self.nvirt, self.nocc, self.nocc))
+        aa, ab, bb = (np.asarray(amps[k]) for k in blocks)
+        out[np.ix_(va, va, oa, oa)] = aa
+        out[np.ix_(vb, vb, ob, ob)] = bb
+        out[np.ix_(va, vb, oa, ob)] = ab  # the other three mixed blocks by antisymmetry
+        out[np.ix_(vb, va, oa, ob)] = -ab.transpose(1, 0, 2, 3)
+        out[np.ix_(va, vb, ob, oa)] = -ab.transpose(0, 1, 3, 2)
+        out[np.ix_(vb, va, ob, oa)] = ab.transpose(1, 0, 3, 2)
+        return out
 
     @property
     def e_corr(self) -> float:
@@ -127,12 +183,16 @@ class CCRun:
         spin-orbitals — α/β interleaved (``2p + σ``) for an RHF reference, and occupied α,
         occupied β, virtual α, virtual β for UHF/ROHF (see :mod:`sq_jax.cc.open_shell`).
         """
+        if self.spin_blocked:
+            return self._spin_orbital(UHF_AMPLITUDES[:2]).T
         t = self.result.amplitudes.get(T1)
         return np.zeros((self.nocc, self.nvirt)) if t is None else np.asarray(t).T
 
     @property
     def t2(self) -> np.ndarray:
         """T2 in PySCF's layout ``t2[i, j, a, b]``, orbitals as for :attr:`t1`."""
+        if self.spin_blocked:
+            return self._spin_orbital(UHF_AMPLITUDES[2:]).transpose(2, 3, 0, 1)
         return np.asarray(self.result.amplitudes[T2]).transpose(2, 3, 0, 1)
 
     def unrestricted_amplitudes(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
@@ -157,6 +217,15 @@ class CCRun:
                 f"unrestricted_amplitudes needs a spin-orbital run from the shipped system or "
                 f"a PySCF object; this is {why}. Use `run.t1` and `run.t2` as they are."
             )
+        if self.spin_blocked:  # the blocks themselves, in PySCF's layout
+            amps = self.result.amplitudes
+            oa, ob, va, vb = (len(p) for p in self.spin_positions or ())
+            t1a, t1b = (
+                np.asarray(amps[k]).T if k in amps else np.zeros(shape)  # zeros for CCD
+                for k, shape in zip(UHF_AMPLITUDES[:2], ((oa, va), (ob, vb)), strict=True)
+            )
+            doubles = tuple(np.asarray(amps[k]).transpose(2, 3, 0, 1) for k in UHF_AMPLITUDES[2:])
+            return (t1a, t1b), doubles
         oa, ob, va, vb = (np.asarray(p, dtype=int) for p in self.spin_positions)
         t1, t2 = self.t1, self.t2
         singles = (t1[np.ix_(oa, va)], t1[np.ix_(ob, vb)])
@@ -290,18 +359,21 @@ def solve_cc(
     df: bool = False,
     auxbasis: Any = None,
     frozen: Any = None,
+    equations: str | None = None,
     **solver_options: Any,
 ) -> CCRun:
     """Solve the CC amplitude equations with a compiled sq_jax program.
 
     Args:
         system: ``None`` for the shipped H2O/STO-3G, a PySCF RHF, UHF or ROHF object
-            (UHF and ROHF on the spin-orbital route; ROHF as PySCF runs it, converted to
-            UHF), or integrals (:class:`SpinOrbitalIntegrals` / :class:`SpatialIntegrals`).
-        method: ``"ccsd"`` or ``"ccd"`` (both routes); on the spin-orbital route without
+            (UHF and ROHF on the spin-blocked unrestricted route by default; ROHF as
+            PySCF runs it, converted to UHF), or integrals
+            (:class:`SpinOrbitalIntegrals` / :class:`SpatialIntegrals`).
+        method: ``"ccsd"`` or ``"ccd"`` (every route); on the spin-orbital route without
             density fitting also ``"ccsdt"`` (shipped ``ccsdt_so``) and any other model
             name of :func:`sq_jax.derive.model_ranks` (``"ccsdtq"``, ``"ccdt"``, …),
-            whose equations are derived on demand. Amplitudes above T2 start at zero.
+            whose equations are derived on demand (a UHF/ROHF reference runs them on
+            spin-orbitals). Amplitudes above T2 start at zero.
         closed_shell: use the spin-adapted equations over spatial orbitals.
         solver: ``"diis"`` (Jacobi + DIIS, as PySCF) or ``"newton"`` (Newton–Krylov).
         batch: a batch plan for the residual program, e.g. ``{"a": 4}``.
@@ -313,6 +385,13 @@ def solve_cc(
             factors: PySCF's with ``auxbasis`` (default: the basis ``mf.density_fit()``
             picks), or the exact factorization of integrals given in memory.
         auxbasis: the auxiliary basis for ``df=True`` with a PySCF object.
+        equations: the shipped equation set to solve (see
+            :func:`~sq_jax.cc.equations.available`), e.g. ``"ccsd_so"`` to run a UHF/ROHF
+            reference on the spin-orbital route; ``None`` picks the route's default:
+            ``{method}_uhf`` (spin-blocked unrestricted) for a PySCF UHF or ROHF object
+            without ``df``, else ``{method}_cs`` / ``{method}_so`` (``_df``). ``_uhf``
+            equations also accept an RHF reference or the shipped system (the same
+            orbitals for both spins).
         frozen: orbitals left uncorrelated, as PySCF's ``frozen``: a count of the lowest
             orbitals (of each spin), a list of orbital indices, or for UHF/ROHF a pair of
             lists (α, β). Indices count spatial orbitals, except for
@@ -348,64 +427,76 @@ def solve_cc(
         >>> solve_cc(method="ccd", max_cycle=0).result.iterations  # PySCF's name
         0
     """
-    text = _equation_text(method, closed_shell, df)
+    _check_method(method)
     solver_options = _solver_options(solver, solver_options)
     _check_reference(system)
+    if method in ("ccd", "ccsd"):
+        name = choose_equations(
+            method,
+            closed_shell=closed_shell,
+            df=df,
+            open_shell=is_open_shell(system),
+            name=equations,
+        )
+    else:  # higher ranks: spin-orbital only, shipped (ccsdt_so) or derived on demand
+        name = _higher_rank_equations(method, closed_shell, df, equations)
+    closed_shell, df = "_cs" in name, name.endswith("_df")
+    if name.endswith("_uhf"):
+        if auxbasis is not None:
+            raise InputError(
+                f"auxbasis={auxbasis!r} applies only to density fitting; the spin-blocked "
+                f"{name!r} equations read full integrals. Pass df=True (spin-orbital DF "
+                "equations) or drop auxbasis."
+            )
+        return _solve_spin_blocked(
+            system,
+            name,
+            method,
+            solver,
+            batch,
+            memory_budget,
+            remat,
+            verbose,
+            frozen,
+            solver_options,
+        )
     ints = _integrals(system, closed_shell, df, auxbasis, frozen)
     is_blocks = isinstance(ints, BlockBuilder)
+    ints_source = ints if is_blocks else None
     spin_positions = ints.spin_positions if is_blocks else None
     if system is None and not closed_shell and not is_blocks:  # the shipped, interleaved
         spin_positions = block_builder(None, spin_orbital=True, frozen=frozen).spin_positions
     spaces = ints.spaces() if is_blocks else Spaces(i=ints.nocc, a=ints.nvirt)
-    # From triples on, Â (n!² permutations) is applied to the program's output rather
-    # than expanded into the text the compiler factors (36x, 576x the terms).
-    equations, after = parse_cc_equations(text, spaces)
-    residual_eqs = [eq for eq in equations if eq.name in _RESIDUAL_OF]
-    energy_eqs = [eq for eq in equations if eq.name == "E"]
-    budget = {} if memory_budget is None else {"memory_budget": memory_budget}
-    residual_program = compile_program(residual_eqs, spaces, batch=batch, remat=remat, **budget)
-    energy_program = compile_program(energy_eqs, spaces)
+    text = load_equations(name) if name in available() else cc_equations(method)
+    residual_program, energy_program, keys, after = _compile(
+        text, spaces, _RESIDUAL_OF, batch, memory_budget, remat
+    )
 
     if is_blocks:  # build exactly the integral blocks the two programs read
         ints = ints.build(read_blocks(residual_program, energy_program))
         integrals = {k: jnp.asarray(v) for k, v in ints.inputs().items()}
     else:
         integrals = {"f": jnp.asarray(ints.fock), "g": jnp.asarray(ints.eri)}
-    keys = [_RESIDUAL_OF[eq.name] for eq in residual_eqs]
-    # Each program is given only what it reads (CCD's energy has no Fock term, say).
-    fixed_r = _read_by(residual_program, integrals)
-    fixed_e = _read_by(energy_program, integrals)
-
-    def residual_fn(t: Mapping[str, Any]) -> dict[str, Any]:
-        out = residual_program({**fixed_r, **t})
-        out = {k: apply_antisymmetrizer(v, after[k]) if k in after else v for k, v in out.items()}
-        return {_RESIDUAL_OF[k]: v for k, v in out.items()}
-
-    def energy_fn(t: Mapping[str, Any]) -> Any:
-        return energy_program({**fixed_e, **_read_by(energy_program, t)})["E"]
-
     d1, _ = ints.denominators()
     m1, m2 = ints.mp2_amplitudes()
     start = {T1: jnp.asarray(m1), T2: jnp.asarray(m2)}  # MP2; higher ranks start at zero
     dens = {key: _denominator(d1, key.count("a")) for key in keys}
-    t0 = {k: start[k] if k in start else jnp.zeros(dens[k].shape) for k in keys}
-    label = method.upper()
-    if solver == "diis":
-        result = solve_diis(
-            residual_fn, energy_fn, t0, dens, method=label, verbose=verbose, **solver_options
-        )
-    else:
-        project = None if closed_shell else antisymmetrize
-        result = solve_newton_krylov(
-            residual_fn,
-            energy_fn,
-            t0,
-            dens,
-            project=project,
-            method=label,
-            verbose=verbose,
-            **solver_options,
-        )
+    start = {k: start[k] if k in start else jnp.zeros(dens[k].shape) for k in keys}
+    result = _solve(
+        residual_program,
+        energy_program,
+        integrals,
+        _RESIDUAL_OF,
+        keys,
+        start,
+        dens,
+        solver,
+        None if closed_shell else antisymmetrize,
+        method,
+        verbose,
+        solver_options,
+        after,
+    )
     return CCRun(
         method,
         closed_shell,
@@ -417,12 +508,145 @@ def solve_cc(
         ints.nvirt,
         spin_positions,
         integrals,
-        after,
+        block_source=ints_source,
+        equations=name,
+        antisymmetrized_after=after,
     )
 
 
-def _equation_text(method: str, closed_shell: bool, df: bool) -> str:
-    """The equations of ``method`` on the route: shipped, or derived (spin-orbital only)."""
+def _compile(
+    text: str,
+    spaces: Spaces,
+    residual_of: Mapping[str, str],
+    batch: Any,
+    memory_budget: Any,
+    remat: bool,
+) -> tuple[Program, Program, list[str], dict[str, int]]:
+    """The residual and energy programs, the residual keys, and the deferred ``Â``s.
+
+    Returns the residuals' amplitude keys in order, and name → rank of the residuals
+    whose ``Â`` is applied to the program's output. The residual program is batched or
+    budgeted as asked. From triples on, ``Â`` (n!² permutations) is not expanded into the
+    text the compiler factors (36x, 576x the terms) but applied afterwards
+    (:mod:`sq_jax.cc.antisymmetrizer`).
+    """
+    equations, after = parse_cc_equations(text, spaces)
+    residual_eqs = [eq for eq in equations if eq.name in residual_of]
+    energy_eqs = [eq for eq in equations if eq.name == "E"]
+    budget = {} if memory_budget is None else {"memory_budget": memory_budget}
+    residual_program = compile_program(residual_eqs, spaces, batch=batch, remat=remat, **budget)
+    keys = [residual_of[eq.name] for eq in residual_eqs]
+    return residual_program, compile_program(energy_eqs, spaces), keys, after
+
+
+def _solve(
+    residual_program: Program,
+    energy_program: Program,
+    integrals: Mapping[str, Any],
+    residual_of: Mapping[str, str],
+    keys: list[str],
+    start: Mapping[str, Any],
+    denominators: Mapping[str, Any],
+    solver: str,
+    project: Any,
+    method: str,
+    verbose: bool,
+    solver_options: Mapping[str, Any],
+    after: Mapping[str, int],
+) -> CCResult:
+    """Run the solver on the two compiled programs, from ``start`` (one key per residual).
+
+    ``after``: residual name → rank of the ``Â`` applied to the program's output.
+    """
+    # Each program is given only what it reads (CCD's energy has no Fock term, say).
+    fixed_r = _read_by(residual_program, integrals)
+    fixed_e = _read_by(energy_program, integrals)
+
+    def residual_fn(t: Mapping[str, Any]) -> dict[str, Any]:
+        out = residual_program({**fixed_r, **t})
+        out = {k: apply_antisymmetrizer(v, after[k]) if k in after else v for k, v in out.items()}
+        return {residual_of[k]: v for k, v in out.items()}
+
+    def energy_fn(t: Mapping[str, Any]) -> Any:
+        return energy_program({**fixed_e, **_read_by(energy_program, t)})["E"]
+
+    t0 = {k: jnp.asarray(start[k]) for k in keys}
+    dens = {k: denominators[k] for k in keys}
+    label = method.upper()
+    if solver == "diis":
+        return solve_diis(
+            residual_fn, energy_fn, t0, dens, method=label, verbose=verbose, **solver_options
+        )
+    return solve_newton_krylov(
+        residual_fn,
+        energy_fn,
+        t0,
+        dens,
+        project=project,
+        method=label,
+        verbose=verbose,
+        **solver_options,
+    )
+
+
+def _project_same_spin(amplitudes: Mapping[str, Any]) -> dict[str, Any]:
+    """Antisymmetrize the same-spin T2 blocks; the others have no symmetry to keep."""
+    same = {k: amplitudes[k] for k in (UHF_AMPLITUDES[2], UHF_AMPLITUDES[4]) if k in amplitudes}
+    return {**amplitudes, **antisymmetrize(same)}
+
+
+def _solve_spin_blocked(
+    system: Any,
+    name: str,
+    method: str,
+    solver: str,
+    batch: Any,
+    memory_budget: Any,
+    remat: bool,
+    verbose: bool,
+    frozen: Any,
+    solver_options: Mapping[str, Any],
+) -> CCRun:
+    """:func:`solve_cc` on the unrestricted spin-blocked equations (``*_uhf``)."""
+    builder = spin_block_builder(system, frozen=frozen)
+    spaces = builder.spaces()
+    residual_program, energy_program, keys, after = _compile(
+        load_equations(name), spaces, UHF_RESIDUAL_OF, batch, memory_budget, remat
+    )
+    ints = builder.build(read_spin_blocks(residual_program, energy_program))
+    integrals = {k: jnp.asarray(v) for k, v in ints.inputs().items()}
+    result = _solve(
+        residual_program,
+        energy_program,
+        integrals,
+        UHF_RESIDUAL_OF,
+        keys,
+        ints.mp2_amplitudes(),
+        ints.denominators(),
+        solver,
+        _project_same_spin,
+        method,
+        verbose,
+        solver_options,
+        after,
+    )
+    return CCRun(
+        method,
+        False,
+        result,
+        ints.e_hf,
+        residual_program,
+        energy_program,
+        sum(builder.nocc),
+        sum(builder.nvirt),
+        builder.spin_positions,
+        integrals,
+        equations=name,
+    )
+
+
+def _check_method(method: Any) -> None:
+    """Refuse a method that is neither CCD/CCSD nor a model name derive knows."""
     try:  # any model name derive knows, e.g. "ccsdtqp" or "ccdt", in lower case
         model_ranks(method)
         known = method == method.lower()
@@ -434,16 +658,20 @@ def _equation_text(method: str, closed_shell: bool, df: bool) -> str:
             "spin-orbital route any lower-case 'cc' + excitation letters in increasing order "
             "(s, d, t, q, p, h), e.g. 'ccsdtqp'."
         )
-    name = f"{method}_{'cs' if closed_shell else 'so'}{'_df' if df else ''}"
-    if name in available():
-        return load_equations(name)
-    if closed_shell or df:
+
+
+def _higher_rank_equations(method: str, closed_shell: bool, df: bool, equations: str | None) -> str:
+    """The equation set of a model beyond CCSD: ``{method}_so``, shipped or derived."""
+    name = f"{method}_so"
+    if closed_shell or df or equations not in (None, name):
+        asked = f"equations={equations!r}, " if equations is not None else ""
         raise InputError(
-            f"no shipped equations for {method} with closed_shell={closed_shell}, df={df} "
-            f"(available: {', '.join(available())}); {method} runs on the spin-orbital "
-            "route without density fitting (closed_shell=False, df=False)."
+            f"no shipped equations for {method} with {asked}closed_shell={closed_shell}, "
+            f"df={df} (available: {', '.join(available())}); {method} runs on the "
+            f"spin-orbital route without density fitting ({name}: closed_shell=False, "
+            "df=False), derived on demand when not shipped."
         )
-    return cc_equations(method)  # derived on demand, e.g. ccsdtq (well under a second)
+    return name
 
 
 def _denominator(d1: Any, rank: int) -> np.ndarray:

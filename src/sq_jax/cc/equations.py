@@ -30,22 +30,41 @@ name            equations                                  terms (E, R1, R2)
 ``ccd_cs``      closed-shell CCD                           2, —, 20
 ``ccsd_cs_df``  closed-shell CCSD, density-fitted ``g``    5, 26, 55
 ``ccsd_so_df``  spin-orbital CCSD, density-fitted ``g``    5, 23, 58
+``ccsd_uhf``    unrestricted CCSD in α/β spin blocks       8, 26+26, 43+86+43
+``ccd_uhf``     unrestricted CCD in α/β spin blocks        3, —, 15+27+15
+``ccsd_t_so``   spin-orbital (T) energy                    see below
+``ccsd_t_cs``   closed-shell (T) energy                    see below
 ==============  =========================================  ===================
+
+The (T) files (``ccsd_t_so``, ``ccsd_t_cs``) hold internal equations ``W``, ``V``, ``Z``
+(the connected and disconnected triples numerators, and their combination divided by
+the denominator) and the energy ``E`` = E(T); compile them with ``outputs=("E",)`` so
+that no o³v³ intermediate is an output. They divide by the generated denominator
+``Δ{a_1,a_2,a_3;i_1,i_2,i_3}``, built inside the program from the orbital energies
+``ε`` (:mod:`sq_jax.forest.denominators`); :meth:`sq_jax.cc.drivers.CCRun.ccsd_t`
+runs them.
 
 The term counts of ``ccsd_so`` are those of SeQuant's ``mbpt::CC{2}.t()``. The ``_cs``
 files were obtained by integrating out the spin of ``ccsd_so`` (αβ projection) and
 combining equal terms (``scripts/spin_trace_cs.py``); their R1/R2 term counts happen to
 equal those of SeQuant's biorthogonal closed-shell CCSD, but the coefficients differ (a
 different projection). ``ccsd_so_df`` is ``ccsd_so`` with each g-term split in two
-(``scripts/write_so_df_equations.py``). ``ccsdt_so`` is derived, not typed:
-``scripts/derive_cc_equations.py ccsdt`` writes it from :func:`sq_jax.derive.cc_equations`
-(its R1/R2 have more terms than ``ccsd_so``'s: those holding T3); the drivers apply its
-``Â`` to the program's output (:mod:`sq_jax.cc.antisymmetrizer`).
+(``scripts/write_so_df_equations.py``). The ``_uhf`` files are the spin blocks of
+``ccsd_so``/``ccd_so`` (``scripts/spin_block_uhf.py``): indices carry their spin (``i↑``,
+``a↓``), each tensor is the spin-orbital one restricted to the block its indices name
+(same-spin ⟨pq‖rs⟩ and T2 antisymmetric, mixed ones written α first in bra and ket, where
+⟨pα qβ‖rα sβ⟩ = ⟨pq|rs⟩), residuals ``R1a``, ``R1b``, ``R2aa``, ``R2ab``, ``R2bb``.
+``ccsdt_so`` is derived, not typed: ``scripts/derive_cc_equations.py ccsdt`` writes it
+from :func:`sq_jax.derive.cc_equations` (its R1/R2 have more terms than ``ccsd_so``'s:
+those holding T3); the drivers apply its ``Â`` to the program's output
+(:mod:`sq_jax.cc.antisymmetrizer`).
 
 Example:
     >>> from sq_jax.cc.equations import available, load_equations
-    >>> available()
-    ('ccd_cs', 'ccd_so', 'ccsd_cs', 'ccsd_cs_df', 'ccsd_so', 'ccsd_so_df', 'ccsdt_so')
+    >>> available()[:4]
+    ('ccd_cs', 'ccd_so', 'ccd_uhf', 'ccsd_cs')
+    >>> "ccsdt_so" in available()
+    True
     >>> load_equations("ccd_so").splitlines()[0]
     'E = 1/4 g{i_1,i_2;a_1,a_2}:A * t{a_1,a_2;i_1,i_2}:A'
 """
@@ -56,7 +75,7 @@ from importlib import resources
 
 from .._errors import InputError
 
-__all__ = ["available", "load_equations"]
+__all__ = ["available", "choose_equations", "load_equations"]
 
 _PACKAGE = "sq_jax.cc"
 _FOLDER = "equations"
@@ -107,3 +126,60 @@ def load_equations(name: str) -> str:
     text = (_folder() / f"{name}.txt").read_text(encoding="utf-8")
     lines = [ln.strip() for ln in text.splitlines()]
     return "\n".join(ln for ln in lines if ln and not ln.startswith("#")) + "\n"
+
+
+def choose_equations(
+    method: str, *, closed_shell: bool, df: bool, open_shell: bool, name: str | None = None
+) -> str:
+    """The shipped equation set a run solves: ``name`` checked, or the route's default.
+
+    Args:
+        method: ``"ccsd"`` or ``"ccd"``.
+        closed_shell: the spin-adapted route was asked for.
+        df: density fitting was asked for.
+        open_shell: the reference is UHF or ROHF.
+        name: an equation set asked for by name, or ``None``.
+
+    Returns:
+        ``name`` when it is shipped and fits the other arguments; otherwise the default:
+        ``{method}_uhf`` (spin-blocked unrestricted) for an open-shell reference without
+        ``df``, else ``{method}_cs`` / ``{method}_so``, with ``_df`` when density fitted.
+
+    Raises:
+        InputError: no such set, or one that contradicts ``method``, ``closed_shell`` or
+            ``df``.
+
+    Example:
+        >>> choose_equations("ccsd", closed_shell=False, df=False, open_shell=True)
+        'ccsd_uhf'
+        >>> choose_equations("ccd", closed_shell=False, df=False, open_shell=True, name="ccd_so")
+        'ccd_so'
+    """
+    names = available()
+    if name is None:
+        if open_shell and not closed_shell and not df:
+            return f"{method}_uhf"
+        default = f"{method}_{'cs' if closed_shell else 'so'}{'_df' if df else ''}"
+        if default not in names:
+            raise InputError(
+                f"no shipped equations for {method} with closed_shell={closed_shell}, df={df} "
+                f"(available: {', '.join(names)})."
+            )
+        return default
+    problems = []
+    if name not in names:
+        problems.append(f"equations={name!r} is not shipped")
+    elif not name.startswith(f"{method}_"):
+        problems.append(f"equations={name!r} are not {method} equations")
+    if closed_shell and "_cs" not in name:
+        problems.append("closed_shell=True asks for `_cs` equations")
+    if df and not name.endswith("_df"):
+        problems.append("df=True asks for `_df` equations")
+    if problems:
+        raise InputError(
+            "cannot solve with the requested equations: "
+            + "; ".join(problems)
+            + f". Pass one of {', '.join(n for n in names if n.startswith(method))} "
+            "(or leave equations=None for the reference's default)."
+        )
+    return name

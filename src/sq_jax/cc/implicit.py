@@ -92,8 +92,10 @@ from ..forest.inputs import input_specs
 from ..lower.aot import compiler_options
 from ..lower.program import Program
 from ._diis import pulay_coefficients
+from ._iterate import StopCriteria
 from ._options import check_solver_options
 from .solvers import CCStatus, antisymmetrize
+from .unrestricted import refuse_spin_blocked
 
 __all__ = ["ImplicitEnergy", "ImplicitSolution", "converged_energy", "implicit_energy"]
 
@@ -174,6 +176,7 @@ class ImplicitEnergy:
                     f"implicit_energy needs a finished `CCRun` (from `sq_jax.cc.solve_cc`); "
                     f"received a {type(run).__name__} without `{name}`."
                 )
+        refuse_spin_blocked(run, "implicit_energy")
         amplitudes = dict(run.result.amplitudes)
         expected = {T1, T2} if run.method == "ccsd" else {T2}
         if set(amplitudes) != expected:
@@ -198,16 +201,13 @@ class ImplicitEnergy:
         self._x0, self._unravel = ravel_pytree(
             {k: jnp.asarray(v, dtype=jnp.float64) for k, v in amplitudes.items()}
         )
+        self._stop = StopCriteria(max_iter=max_iter, e_tol=e_tol, t_tol=t_tol)
         check_solver_options(
-            max_iter=max_iter,
-            e_tol=e_tol,
-            t_tol=t_tol,
             diis_space=diis_space,
             gmres_restart=gmres_restart,
             gmres_max_steps=gmres_max_steps,
             adjoint_tol=adjoint_tol,
         )
-        self._e_tol, self._t_tol, self._max_iter = float(e_tol), float(t_tol), int(max_iter)
         self._diis_space = int(diis_space)
         self._restart, self._max_steps = int(gmres_restart), int(gmres_max_steps)
         self._adjoint_tol = float(adjoint_tol)
@@ -254,7 +254,7 @@ class ImplicitEnergy:
 
         def cond(state):
             k, done, finite = state[3:6]
-            return (k < self._max_iter) & ~done & finite
+            return (k < self._stop.max_iter) & ~done & finite
 
         def body(state):
             x, e_old, _, k, _, _, vecs, errs = state
@@ -266,7 +266,7 @@ class ImplicitEnergy:
             vecs, errs = vecs.at[slot].set(x_new), errs.at[slot].set(err)
             x_new = extrapolate(vecs, errs, jnp.minimum(k + 1, space))
             e = self._energy_of(x_new, fock, eri)
-            done = (jnp.abs(e - e_old) < self._e_tol) & (normt < self._t_tol)
+            done = (jnp.abs(e - e_old) < self._stop.e_tol) & (normt < self._stop.t_tol)
             finite = jnp.isfinite(e) & jnp.isfinite(normt)
             return x_new, e, jnp.linalg.norm(r), k + 1, done, finite, vecs, errs
 

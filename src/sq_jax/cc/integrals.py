@@ -41,6 +41,7 @@ from .._errors import InputError
 __all__ = [
     "SpatialIntegrals",
     "SpinOrbitalIntegrals",
+    "check_orbital_counts",
     "default_reference",
     "default_spatial_system",
     "default_system",
@@ -73,6 +74,26 @@ def _check_square(name: str, array: np.ndarray, rank: int, n: int | None) -> int
             "Convert with `np.asarray(x, dtype=np.float64)`."
         )
     return array.shape[0]
+
+
+def check_orbital_counts(owner: str, nocc: int, nvirt: int, n: int) -> None:
+    """Refuse ``nocc``/``nvirt`` that are not positive or do not add up to ``n`` orbitals.
+
+    Raises:
+        InputError: naming ``owner`` (the integral container) and quoting both counts.
+
+    Example:
+        >>> try:
+        ...     check_orbital_counts("DFIntegrals", 3, 3, 7)
+        ... except InputError as err:
+        ...     print(err)
+        DFIntegrals: nocc=3 and nvirt=3 must be positive and add up to the number of orbitals, 7.
+    """
+    if nocc < 1 or nvirt < 1 or nocc + nvirt != n:
+        raise InputError(
+            f"{owner}: nocc={nocc} and nvirt={nvirt} must be positive and add up to the "
+            f"number of orbitals, {n}."
+        )
 
 
 def orbital_denominators(fock: Any, nocc: int) -> tuple[np.ndarray, np.ndarray]:
@@ -109,11 +130,7 @@ class _Integrals(eqx.Module):
         name = type(self).__name__
         n = _check_square(f"{name}.fock", np.asarray(self.fock), 2, None)
         _check_square(f"{name}.eri", np.asarray(self.eri), 4, n)
-        if self.nocc < 1 or self.nvirt < 1 or self.nocc + self.nvirt != n:
-            raise InputError(
-                f"{name}: nocc={self.nocc} and nvirt={self.nvirt} must be positive and add "
-                f"up to the number of orbitals, {n}."
-            )
+        check_orbital_counts(name, self.nocc, self.nvirt, n)
 
     @property
     def nmo(self) -> int:

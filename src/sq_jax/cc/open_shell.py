@@ -141,6 +141,10 @@ class OpenShellSource(_DFMixin):
         ch = self.channels[spin]
         return {"i": ch.coeff[:, : ch.nocc], "a": ch.coeff[:, ch.nocc :]}.get(space, ch.coeff)
 
+    def coefficients(self, space: str, spin: int) -> np.ndarray:
+        """The MO coefficients of one space (``i``, ``a`` or ``p``) and spin (0 α, 1 β)."""
+        return self._coeff(space, spin)
+
     def _extent(self, space: str) -> int:
         return sum(len(x) for x in self.positions[space])
 

@@ -227,6 +227,20 @@ def reference_orbitals(mf: Any, frozen: Any = None) -> Reference:
     return Reference(channels=(channel,), e_hf=float(mf.e_tot))
 
 
+def is_open_shell(mf: Any) -> bool:
+    """Whether ``mf`` is a PySCF UHF or ROHF object (α and β orbitals apart).
+
+    Example:
+        >>> is_open_shell(None)
+        False
+    """
+    try:
+        from pyscf import scf
+    except ImportError:  # pragma: no cover - exercised only without pyscf
+        return False
+    return isinstance(mf, scf.rohf.ROHF | scf.uhf.UHF)
+
+
 def _no_frozen(frozen: Any) -> bool:
     return (
         frozen is None

@@ -172,10 +172,8 @@ def solve_diis(
         >>> res.converged, [round(float(v), 6) for v in res.amplitudes["t"]]
         (True, [1.122449, 0.612245])
     """
-    check_solver_options(
-        max_iter=max_iter, e_tol=e_tol, t_tol=t_tol, diis_space=diis_space, diis_start=diis_start
-    )
     stop = StopCriteria(max_iter=max_iter, e_tol=e_tol, t_tol=t_tol)
+    check_solver_options(diis_space=diis_space, diis_start=diis_start)
     x0, unravel, d = _prepare(t0, denominators)
 
     def update(xv):
@@ -285,6 +283,7 @@ def solve_newton_krylov(
     t0: Amplitudes,
     denominators: Amplitudes,
     *,
+    project: Callable[[dict[str, jax.Array]], Mapping[str, jax.Array]] | None = None,
     max_iter: int = 20,
     e_tol: float = 1e-10,
     t_tol: float = 1e-8,
@@ -292,7 +291,6 @@ def solve_newton_krylov(
     gmres_restart: int = 10,
     gmres_max_steps: int = 50,
     gmres_atol: float | None = None,
-    project: Callable[[dict[str, jax.Array]], Mapping[str, jax.Array]] | None = None,
     method: str = "CCSD",
     verbose: bool = False,
     throw: bool = False,
@@ -314,6 +312,11 @@ def solve_newton_krylov(
         t0: starting amplitudes, e.g. MP2 amplitudes.
         denominators: D with ``t ← t + R / D`` the Jacobi update (D1 = f_ii − f_aa
             etc.), same keys and shapes as ``t0``.
+        project: the orthogonal projector onto the physical amplitudes, if the dict holds
+            redundant components (spin-orbital T2 stored in full: pass
+            :func:`antisymmetrize`). Newton directions are projected, and the operator
+            is the identity on the complement, so GMRES never sees the null space of the
+            Jacobian there. ``None``: every component is independent.
         max_iter: limit on Newton (outer) iterations (0: the starting point).
         e_tol: energy-change threshold.
         t_tol: step-norm threshold (2-norm over all amplitudes).
@@ -323,11 +326,6 @@ def solve_newton_krylov(
         gmres_atol: absolute GMRES tolerance on the preconditioned system (in residual
             units, max-norm); default ``1e-3 * t_tol``, so that a Newton step near the
             solution is not asked for more digits than float64 holds.
-        project: the orthogonal projector onto the physical amplitudes, if the dict holds
-            redundant components (spin-orbital T2 stored in full: pass
-            :func:`antisymmetrize`). Newton directions are projected, and the operator
-            is the identity on the complement, so GMRES never sees the null space of the
-            Jacobian there. ``None``: every component is independent.
         method: the name printed in progress lines.
         verbose: print one PySCF-style line per Newton iteration.
         throw: raise :class:`~sq_jax.ConvergenceError` when the solve does not
@@ -361,16 +359,13 @@ def solve_newton_krylov(
             "`pip install lineax`."
         ) from err
 
+    stop = StopCriteria(max_iter=max_iter, e_tol=e_tol, t_tol=t_tol)
     check_solver_options(
-        max_iter=max_iter,
-        e_tol=e_tol,
-        t_tol=t_tol,
         forcing=forcing,
         gmres_restart=gmres_restart,
         gmres_max_steps=gmres_max_steps,
         gmres_atol=gmres_atol,
     )
-    stop = StopCriteria(max_iter=max_iter, e_tol=e_tol, t_tol=t_tol)
     x0, unravel, d = _prepare(t0, denominators)
     precond = -1.0 / d
     atol = 1e-3 * t_tol if gmres_atol is None else gmres_atol

@@ -33,6 +33,7 @@ __all__ = [
     "Symmetry",
     "Tensor",
     "Variable",
+    "result_name",
     "walk",
 ]
 
@@ -264,6 +265,25 @@ def walk(expr: Expr) -> Iterator[Expr]:
         node = stack.pop()
         yield node
         stack.extend(reversed(_operands(node)))
+
+
+def result_name(node: Expr) -> str | None:
+    """The result name ``node`` stands for: a tensor's label, a variable's name, else ``None``.
+
+    An equation defines its result under this name, and a factor of a later equation
+    reads that result when its name matches.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> (eq,) = sq.parse("R{a1;i1} = 2 ω t{a1;i1}")
+        >>> result_name(eq.lhs), [result_name(f) for f in eq.rhs.factors]
+        ('R', ['ω', 't'])
+    """
+    if isinstance(node, Tensor):
+        return node.label
+    if isinstance(node, Variable):
+        return node.name
+    return None
 
 
 def _operands(node: Expr) -> tuple[Expr, ...]:

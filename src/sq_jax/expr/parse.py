@@ -45,6 +45,7 @@ from .tokenize import close_error
 from .tokenize import describe as _describe
 from .tokenize import logical_lines as _logical_lines
 from .tokenize import physical_lines as _physical_lines
+from .tokenize import span_error as _span_error
 from .tokenize import token_error as _error
 from .validate import validate
 
@@ -311,21 +312,21 @@ class _Parser(TensorSyntax):
         self.take()
         if self.at("^") and self.at("(", 1):
             if not isinstance(inner, ex.Constant | ex.Variable):
-                raise _error(
+                raise _span_error(
                     f"only a number or a variable can be raised to a power, got a "
                     f"{type(inner).__name__.lower()} `({inner})`.",
                     opener,
-                    close.col + 1 - opener.col,
+                    close,
                 )
             return self.power_tail(inner)
         if self.at("^") and self.at("*", 1):
             star = self.peek(1)
             if not isinstance(inner, ex.Power) or inner.conjugated:
-                raise _error(
+                raise _span_error(
                     f"only a power `(x^(n))^*` can be conjugated with a parenthesized '^*'; "
                     f"got `({inner})` (write `x^*` for a conjugated variable).",
                     opener,
-                    star.col + 1 - opener.col,
+                    star,
                 )
             self.take()
             self.take()
@@ -337,20 +338,17 @@ class _Parser(TensorSyntax):
         value: Fraction = tok.value
         if self.at("/"):
             slash = self.take()
-            den = self.peek()
-            if den.kind != "number":
-                raise _error(
+            if not self.at("number"):
+                raise _span_error(
                     f"malformed number `{tok.text}/`: expected a denominator after '/', "
-                    f"got {_describe(den)} (write e.g. `1/2`).",
+                    f"got {_describe(self.peek())} (write e.g. `1/2`).",
                     tok,
-                    slash.col + 1 - tok.col,
+                    slash,
                 )
-            self.take()
+            den = self.take()
             if den.value == 0:
-                raise _error(
-                    f"malformed number `{tok.text}/{den.text}`: division by zero.",
-                    tok,
-                    den.col + len(den.text) - tok.col,
+                raise _span_error(
+                    f"malformed number `{tok.text}/{den.text}`: division by zero.", tok, den
                 )
             value = value / den.value
         return value

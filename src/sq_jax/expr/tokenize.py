@@ -82,6 +82,19 @@ def token_error(reason: str, tok: Token, length: int | None = None) -> ParseErro
     return ParseError(reason, line=tok.line, column=tok.col, length=n, source_line=tok.src)
 
 
+def span_error(reason: str, first: Token, last: Token) -> ParseError:
+    """A ParseError with the caret under ``first`` through ``last`` (both on one line).
+
+    Example:
+        >>> toks = tokenize_line("x = (a + b)^2", 1)
+        >>> print(span_error("cannot raise a sum", toks[2], toks[6]))
+        line 1, column 5: cannot raise a sum
+          x = (a + b)^2
+              ^^^^^^^
+    """
+    return token_error(reason, first, last.col + len(last.text) - first.col)
+
+
 def close_error(opener: Token, close: Token, closer: str, otherwise: str) -> ParseError:
     """The error for ``close`` standing where ``closer`` should end the bracket ``opener``.
 

@@ -42,19 +42,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from .._errors import ExpressionError
-from .nodes import (
-    Constant,
-    Equation,
-    Expr,
-    Index,
-    NormalOperator,
-    Power,
-    Product,
-    Sum,
-    Tensor,
-    Variable,
-    walk,
-)
+from . import nodes as ex
+from .nodes import result_name, walk
 from .serialize import serialize
 from .spaces import DEFAULT_SPACES, Spaces
 
@@ -70,12 +59,12 @@ _OPERATOR_TENSORS = frozenset({"\u00c2", "A\u0302", "\u015c", "S\u0302", "P\u030
 class _Item:
     where: str
     """How messages name it: "equation `R` (#2)" or "the expression"."""
-    lhs: Tensor | Variable | None
-    rhs: Expr
+    lhs: ex.Tensor | ex.Variable | None
+    rhs: ex.Expr
 
 
 def validate(
-    equations: Equation | Iterable[Equation] | Expr,
+    equations: ex.Equation | Iterable[ex.Equation] | ex.Expr,
     spaces: Spaces = DEFAULT_SPACES,
     *,
     allow_rank_overloading: bool = True,
@@ -125,16 +114,14 @@ def validate(
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _items(equations: Equation | Iterable[Equation] | Expr) -> list[_Item]:
-    if isinstance(equations, Equation):
+def _items(equations: ex.Equation | Iterable[ex.Equation] | ex.Expr) -> list[_Item]:
+    if isinstance(equations, ex.Equation):
         equations = (equations,)
-    elif isinstance(
-        equations, Tensor | NormalOperator | Constant | Variable | Power | Product | Sum
-    ):
+    elif isinstance(equations, ex.Expr):  # one expression node of any kind
         return [_Item("the expression", None, equations)]
     items = []
     for k, eq in enumerate(equations, start=1):
-        if not isinstance(eq, Equation):
+        if not isinstance(eq, ex.Equation):
             raise TypeError(
                 f"validate() takes equations or one expression; item {k} is a "
                 f"{type(eq).__name__}. Parse text with sq_jax.parse first."
@@ -143,25 +130,25 @@ def _items(equations: Equation | Iterable[Equation] | Expr) -> list[_Item]:
     return items
 
 
-def _quote(expr: Expr | Equation | Index) -> str:
+def _quote(expr: ex.Expr | ex.Equation | ex.Index) -> str:
     text = serialize(expr, annot_symm=False)
     if len(text) > _MAX_QUOTE:
         text = text[: _MAX_QUOTE - 1] + "…"
     return f"`{text}`"
 
 
-def _set(indices: Iterable[Index]) -> str:
+def _set(indices: Iterable[ex.Index]) -> str:
     items = sorted(str(i) for i in indices)
     return "{" + ", ".join(items) + "}" if items else "{} (none)"
 
 
-def _slots(node: Tensor | NormalOperator) -> tuple[Index, ...]:
-    if isinstance(node, Tensor):
+def _slots(node: ex.Tensor | ex.NormalOperator) -> tuple[ex.Index, ...]:
+    if isinstance(node, ex.Tensor):
         return node.indices
     return node.annihilators + node.creators
 
 
-def _nodes(item: _Item) -> Iterator[Expr]:
+def _nodes(item: _Item) -> Iterator[ex.Expr]:
     if item.lhs is not None:
         yield item.lhs
     yield from walk(item.rhs)
@@ -175,7 +162,7 @@ def _check_index_spaces(items: list[_Item], spaces: Spaces) -> list[str]:
     for item in items:
         reported: set[str] = set()
         for node in _nodes(item):
-            if not isinstance(node, Tensor | NormalOperator):
+            if not isinstance(node, ex.Tensor | ex.NormalOperator):
                 continue
             stack = list(_slots(node))
             while stack:
@@ -198,25 +185,27 @@ class _Structure:
 
     def __init__(self, item: _Item, problems: list[str]) -> None:
         self.where = item.where
-        self.external = frozenset(item.lhs.indices) if isinstance(item.lhs, Tensor) else frozenset()
+        self.external = (
+            frozenset(item.lhs.indices) if isinstance(item.lhs, ex.Tensor) else frozenset()
+        )
         self.problems = problems
 
-    def free(self, expr: Expr) -> frozenset[Index]:
-        if isinstance(expr, Tensor | NormalOperator):
+    def free(self, expr: ex.Expr) -> frozenset[ex.Index]:
+        if isinstance(expr, ex.Tensor | ex.NormalOperator):
             return self.summarize(Counter(_slots(expr)), expr)
-        if isinstance(expr, Product):
-            counts: Counter[Index] = Counter()
+        if isinstance(expr, ex.Product):
+            counts: Counter[ex.Index] = Counter()
             for f in expr.factors:
-                if isinstance(f, Tensor | NormalOperator):
+                if isinstance(f, ex.Tensor | ex.NormalOperator):
                     counts.update(_slots(f))
-                elif isinstance(f, Product | Sum):
+                elif isinstance(f, ex.Product | ex.Sum):
                     counts.update(self.free(f))
             return self.summarize(counts, expr)
-        if isinstance(expr, Sum):
+        if isinstance(expr, ex.Sum):
             return self.sum_free(expr, None)
         return frozenset()
 
-    def summarize(self, counts: Counter[Index], expr: Expr) -> frozenset[Index]:
+    def summarize(self, counts: Counter[ex.Index], expr: ex.Expr) -> frozenset[ex.Index]:
         for index, n in counts.items():
             if n > 2:
                 self.problems.append(
@@ -227,7 +216,7 @@ class _Structure:
                 )
         return frozenset(i for i, n in counts.items() if n == 1 or i in self.external)
 
-    def sum_free(self, expr: Sum, expected: frozenset[Index] | None) -> frozenset[Index]:
+    def sum_free(self, expr: ex.Sum, expected: frozenset[ex.Index] | None) -> frozenset[ex.Index]:
         frees = [self.free(t) for t in expr.terms]
         if expected is None:
             reference, first = frees[0], expr.terms[0]
@@ -248,8 +237,8 @@ class _Structure:
                 )
         return expected
 
-    def check(self, lhs: Tensor | Variable | None, rhs: Expr) -> None:
-        if isinstance(lhs, Tensor):
+    def check(self, lhs: ex.Tensor | ex.Variable | None, rhs: ex.Expr) -> None:
+        if isinstance(lhs, ex.Tensor):
             repeated = sorted(str(i) for i, n in Counter(lhs.indices).items() if n > 1)
             if repeated:
                 self.problems.append(
@@ -259,8 +248,8 @@ class _Structure:
                 )
         expected = None
         if lhs is not None:
-            expected = frozenset(lhs.indices) if isinstance(lhs, Tensor) else frozenset()
-        if isinstance(rhs, Sum):
+            expected = frozenset(lhs.indices) if isinstance(lhs, ex.Tensor) else frozenset()
+        if isinstance(rhs, ex.Sum):
             self.sum_free(rhs, expected)
             return
         got = self.free(rhs)
@@ -284,9 +273,9 @@ def _check_label_kinds(items: list[_Item]) -> list[str]:
     variables: dict[str, tuple[str, str]] = {}
     for item in items:
         for node in _nodes(item):
-            if isinstance(node, Tensor):
+            if isinstance(node, ex.Tensor):
                 tensors.setdefault(node.label, (item.where, _quote(node)))
-            elif isinstance(node, Variable):
+            elif isinstance(node, ex.Variable):
                 variables.setdefault(node.name, (item.where, _quote(node)))
     problems = []
     for label in tensors.keys() & variables.keys():
@@ -302,7 +291,7 @@ def _check_unique_definitions(items: list[_Item]) -> list[str]:
     defined: dict[str, list[str]] = {}
     for item in items:
         if item.lhs is not None:
-            name = item.lhs.label if isinstance(item.lhs, Tensor) else item.lhs.name
+            name = item.lhs.label if isinstance(item.lhs, ex.Tensor) else item.lhs.name
             defined.setdefault(name, []).append(item.where)
     return [
         f"label `{name}` is defined by {len(wheres)} equations ({', '.join(wheres)}); each "
@@ -313,11 +302,11 @@ def _check_unique_definitions(items: list[_Item]) -> list[str]:
 
 
 def _check_result_signatures(items: list[_Item]) -> list[str]:
-    defined: dict[str, tuple[Tensor, str]] = {}
+    defined: dict[str, tuple[ex.Tensor, str]] = {}
     problems = []
     for item in items:
         for node in walk(item.rhs):
-            if isinstance(node, Tensor) and node.label in defined:
+            if isinstance(node, ex.Tensor) and node.label in defined:
                 result, where = defined[node.label]
                 if node.signature != result.signature:
                     problems.append(
@@ -326,7 +315,7 @@ def _check_result_signatures(items: list[_Item]) -> list[str]:
                         f"{_quote(result)} with {result.signature}; use the defined shape "
                         "or rename the input."
                     )
-        if isinstance(item.lhs, Tensor):
+        if isinstance(item.lhs, ex.Tensor):
             defined.setdefault(item.lhs.label, (item.lhs, item.where))
     return problems
 
@@ -335,7 +324,7 @@ def _check_rank_overloading(items: list[_Item]) -> list[str]:
     seen: dict[str, dict[tuple[int, int, int], tuple[str, str]]] = {}
     for item in items:
         for node in _nodes(item):
-            if isinstance(node, Tensor) and node.label not in _OPERATOR_TENSORS:
+            if isinstance(node, ex.Tensor) and node.label not in _OPERATOR_TENSORS:
                 seen.setdefault(node.label, {}).setdefault(
                     node.signature, (_quote(node), item.where)
                 )
@@ -351,7 +340,7 @@ def _check_rank_overloading(items: list[_Item]) -> list[str]:
     return problems
 
 
-def result_read_problems(equations: Iterable[Equation]) -> list[str]:
+def result_read_problems(equations: Iterable[ex.Equation]) -> list[str]:
     """Where equations read results they may not read (one message per violation).
 
     Equations are a program: a result (the left-hand side's label) read by a *later*
@@ -370,32 +359,24 @@ def result_read_problems(equations: Iterable[Equation]) -> list[str]:
     return _read_problems(_items(tuple(equations)))
 
 
-def _result_name(node: Expr) -> str | None:
-    if isinstance(node, Tensor):
-        return node.label
-    if isinstance(node, Variable):
-        return node.name
-    return None
-
-
 def _read_problems(items: list[_Item]) -> list[str]:
     defined: dict[str, tuple[int, _Item]] = {}
     for k, item in enumerate(items):
         if item.lhs is not None:
             defined.setdefault(
-                item.lhs.label if isinstance(item.lhs, Tensor) else item.lhs.name, (k, item)
+                item.lhs.label if isinstance(item.lhs, ex.Tensor) else item.lhs.name, (k, item)
             )
     problems: list[str] = []
     for k, item in enumerate(items):
         for node in walk(item.rhs):
-            if isinstance(node, Power) and _result_name(node.base) in defined:
+            if isinstance(node, ex.Power) and result_name(node.base) in defined:
                 problems.append(
                     f"{item.where}: {_quote(node)} raises the computed result "
-                    f"`{_result_name(node.base)}` to a power; only products of results are "
+                    f"`{result_name(node.base)}` to a power; only products of results are "
                     "supported. Write the product out (`E E` for `E^(2)`)."
                 )
                 continue
-            name = _result_name(node)
+            name = result_name(node)
             if name is None or name not in defined:
                 continue
             j, source = defined[name]
@@ -410,19 +391,19 @@ def _read_problems(items: list[_Item]) -> list[str]:
                     f"{source.where}; move that equation before this one, or rename the "
                     "input if it is not that result."
                 )
-            elif isinstance(node, Variable) and node.conjugated:
+            elif isinstance(node, ex.Variable) and node.conjugated:
                 problems.append(
                     f"{item.where}: {_quote(node)} conjugates the computed result `{name}`; "
                     f"results are real, write `{name}` without '^*'."
                 )
-            elif isinstance(node, Tensor) and isinstance(source.lhs, Tensor):
+            elif isinstance(node, ex.Tensor) and isinstance(source.lhs, ex.Tensor):
                 problems += _tensor_read_problems(item, node, source)
     return problems
 
 
-def _tensor_read_problems(item: _Item, read: Tensor, source: _Item) -> list[str]:
+def _tensor_read_problems(item: _Item, read: ex.Tensor, source: _Item) -> list[str]:
     result = source.lhs
-    assert isinstance(result, Tensor)
+    assert isinstance(result, ex.Tensor)
     if read.signature != result.signature:
         return []  # _check_result_signatures reports it
     problems = []

@@ -8,8 +8,9 @@ reference evaluator's flat forest, one forest's price memo).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
+from typing import TypeVar
 
 __all__ = [
     "BLOCKS",
@@ -21,6 +22,8 @@ __all__ = [
     "without_blocks",
 ]
 
+T = TypeVar("T")
+
 ENABLED: ContextVar[bool] = ContextVar("sq_jax_factoring", default=True)
 # off by default: a block trades memory for FLOPs (build_forest(..., dress=True) asks)
 BLOCKS: ContextVar[bool] = ContextVar("sq_jax_bilinear_blocks", default=False)
@@ -28,7 +31,16 @@ PRICES: ContextVar[dict | None] = ContextVar("sq_jax_factor_prices", default=Non
 
 
 @contextmanager
-def priced_once() -> Iterator[None]:
+def _set_within(switch: ContextVar[T], value: T) -> Iterator[None]:
+    """Set ``switch`` to ``value`` inside the ``with`` block and restore it after."""
+    token = switch.set(value)
+    try:
+        yield
+    finally:
+        switch.reset(token)
+
+
+def priced_once() -> AbstractContextManager[None]:
     """Within this block, products are binarized and priced once (one forest's builds).
 
     Example:
@@ -41,15 +53,10 @@ def priced_once() -> Iterator[None]:
         >>> once == again
         True
     """
-    token = PRICES.set({})
-    try:
-        yield
-    finally:
-        PRICES.reset(token)
+    return _set_within(PRICES, {})
 
 
-@contextmanager
-def with_blocks(enabled: bool = True) -> Iterator[None]:
+def with_blocks(enabled: bool = True) -> AbstractContextManager[None]:
     """Within this block, sums may form bilinear blocks (``enabled``) or not.
 
     :func:`~sq_jax.forest.build.build_forest` uses it for its ``dress=`` option.
@@ -61,15 +68,10 @@ def with_blocks(enabled: bool = True) -> Iterator[None]:
         >>> BLOCKS.get()
         False
     """
-    token = BLOCKS.set(enabled)
-    try:
-        yield
-    finally:
-        BLOCKS.reset(token)
+    return _set_within(BLOCKS, enabled)
 
 
-@contextmanager
-def without_blocks() -> Iterator[None]:
+def without_blocks() -> AbstractContextManager[None]:
     """Within this block, sums form no bilinear blocks (:mod:`sq_jax.forest._bilinear`).
 
     Why: a block trades memory for FLOPs — closed-shell CCSD's dressed ladder
@@ -85,15 +87,10 @@ def without_blocks() -> Iterator[None]:
         >>> sq.build_forest(eqs, spaces, dress=True).flops < lean.flops
         True
     """
-    token = BLOCKS.set(False)
-    try:
-        yield
-    finally:
-        BLOCKS.reset(token)
+    return with_blocks(False)
 
 
-@contextmanager
-def unfactored() -> Iterator[None]:
+def unfactored() -> AbstractContextManager[None]:
     """Within this block, the factoring pass returns every sum's terms unchanged.
 
     Used to build the unfactored forest of the same equations (the reference evaluator's
@@ -107,8 +104,4 @@ def unfactored() -> Iterator[None]:
         >>> flat.flops > sq.build_forest(eqs, sq.Spaces(i=4, a=30)).flops
         True
     """
-    token = ENABLED.set(False)
-    try:
-        yield
-    finally:
-        ENABLED.reset(token)
+    return _set_within(ENABLED, False)

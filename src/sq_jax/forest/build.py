@@ -68,6 +68,7 @@ from ..expr.nodes import (
     Sum,
     Tensor,
     Variable,
+    result_name,
 )
 from ..expr.spaces import Spaces
 from ..expr.validate import result_read_problems
@@ -391,7 +392,7 @@ class _Builder:
         operands: list[EvalNode] = []
         scalar = Fraction(1)
         for n, factor in enumerate(factors):
-            read = self.results.get(_read_name(factor))
+            read = self.results.get(result_name(factor))
             if read is not None:
                 operands.append(self.read(factor, read))
                 scalar *= read.coef
@@ -483,15 +484,6 @@ class _Builder:
                 chain = sum_node(chain, Fraction(1), node, coef, chain.indices)
         assert first is not None  # _split_terms never returns no terms
         return first if chain is None else (chain, Fraction(1))
-
-
-def _read_name(factor: Expr) -> str | None:
-    """The label a factor would read a result under (a tensor's label or a variable)."""
-    if isinstance(factor, Tensor):
-        return factor.label
-    if isinstance(factor, Variable):
-        return factor.name
-    return None
 
 
 def _check_term_labels(

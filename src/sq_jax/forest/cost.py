@@ -8,6 +8,9 @@ cost the binarizer minimises and the cost reported for the forest are the same n
   (a pure outer or Hadamard product).
 * SUM: one add per result element, the result's size (coefficients are free).
 * LEAF and SCALAR: 0 (inputs are not computed).
+* A generated denominator ``Δ`` (:mod:`sq_jax.forest.denominators`) is built where it
+  is read: :func:`generated_operand_flops` charges its reader ``rank`` FLOPs per element
+  of it, on top of :func:`node_flops`.
 
 Example:
     >>> from sq_jax.expr.nodes import Index, Tensor
@@ -26,9 +29,16 @@ from collections.abc import Iterable
 
 from ..expr.nodes import Index
 from ..expr.spaces import Spaces
+from .denominators import generated_flops, is_denominator
 from .nodes import EvalNode, NodeKind
 
-__all__ = ["contraction_flops", "mode_size", "node_bytes", "node_flops"]
+__all__ = [
+    "contraction_flops",
+    "generated_operand_flops",
+    "mode_size",
+    "node_bytes",
+    "node_flops",
+]
 
 
 def mode_size(indices: Iterable[Index], spaces: Spaces) -> int:
@@ -78,6 +88,25 @@ def node_flops(node: EvalNode, spaces: Spaces) -> int:
     if node.kind is NodeKind.SUM:
         return mode_size(node.indices, spaces)
     return 0
+
+
+def generated_operand_flops(node: EvalNode, spaces: Spaces) -> int:
+    """FLOPs to build the generated denominators ``node`` reads, unbatched.
+
+    Each operand that is a ``Δ`` leaf is built once per production of ``node``:
+    ``rank`` FLOPs per element (:func:`~sq_jax.forest.denominators.generated_flops`).
+
+    Example:
+        >>> import sq_jax as sq
+        >>> f = sq.build_forest(sq.parse("R{a1;i1} = Δ{a1;i1} t{a1;i1}"), sq.Spaces(i=2, a=3))
+        >>> generated_operand_flops(f.roots[0].node, f.spaces)
+        12
+    """
+    total = 0
+    for child in node.children:
+        if child.kind is NodeKind.LEAF and is_denominator(child.tensor):
+            total += generated_flops([spaces.extent(ix.space) for ix in child.indices])
+    return total
 
 
 def node_bytes(node: EvalNode, spaces: Spaces, itemsize: int = 8) -> int:

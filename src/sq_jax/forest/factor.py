@@ -132,10 +132,11 @@ class _Option:
 
     position: int
     """The term's position in the sum."""
+    saving: int
+    """FLOPs the term saves when the tensor is pulled out (positive for an option)."""
     rest: tuple[Tensor | Variable | Power, ...]
     values: dict[str, int]
     """The rest's tree, binarized onto the inner labels."""
-    saving: int
     root: EvalNode
     """The root of the rest's tree."""
 
@@ -478,7 +479,7 @@ def _groups(
             root, values = _price(rest, inner, spaces, optimize)
             saving = sum(plain[k].values.values()) - sum(values.values()) - mode_size(inner, spaces)
             if saving > 0:
-                options.append(_Option(k, rest, values, saving, root))
+                options.append(_Option(k, saving, rest, values, root))
         inner = renamed[where[0]][2]
         if len(options) >= 2:
             key_paid = bool(paid) and _group_key(shared, options, plain, result) in paid

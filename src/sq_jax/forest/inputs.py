@@ -16,6 +16,10 @@ An input can be given in two ways:
   contains the slot's space (the slot's own space or a union such as ``p`` = ``i`` then
   ``a``), recognised by its length, and the block is cut out of it.
 
+The reserved label ``Δ`` is not an input: a leaf ``Δ{…}`` is an energy denominator
+generated inside the program from the 1-D orbital energies ``ε`` (blocks ``"ε{i}"``,
+``"ε{a}"``, or the whole vector under ``"ε"``); see :mod:`sq_jax.forest.denominators`.
+
 A block and the full tensor of the same label cannot both be given (which one to read
 would be ambiguous): an :class:`~sq_jax.InputError` says to pass one. Scalars (variables
 such as ``ω``) are given under their name. Tensors with one label and two signatures (``t{a;i}`` and
@@ -44,6 +48,7 @@ import numpy as np
 from .._errors import InputError
 from ..expr.nodes import Tensor, Variable
 from ..expr.spaces import Spaces
+from .denominators import DENOMINATOR, ENERGY, denominator_slots, energy_key, is_denominator
 from .nodes import EvalNode, Forest, NodeKind
 
 __all__ = [
@@ -138,6 +143,13 @@ def input_specs(forest: Forest) -> tuple[InputSpec, ...]:
             tensor = node.tensor
             assert tensor is not None
             key = block_key(tensor)
+            if is_denominator(tensor):  # generated: reads the energies of its spaces
+                for space, _ in denominator_slots(key):
+                    ekey = energy_key(space)
+                    if ekey not in specs:
+                        shape = (forest.spaces.extent(space),)
+                        specs[ekey] = InputSpec(ENERGY, ekey, (space,), shape, str(tensor))
+                continue
             if key not in specs:
                 spaces = tuple(ix.space for ix in tensor.indices)
                 shape = tuple(forest.spaces.extent(s) for s in spaces)
@@ -325,6 +337,14 @@ def bind_inputs(forest: Forest, inputs: Mapping[str, Any], *, xp: Any = np) -> d
             "bare label)."
         )
     unknown = [k for k in inputs if k not in keys | labels | forest.unread_inputs]
+    generated = [k for k in unknown if k.split("{")[0] == DENOMINATOR]
+    if generated:
+        raise InputError(
+            f"input(s) {', '.join(repr(k) for k in generated)}: `{DENOMINATOR}` is a "
+            f"generated denominator, built inside the program from the orbital energies; "
+            f"pass them as {ENERGY!r} (the whole vector) or per space as "
+            f"{sorted(k for k in keys if k.startswith(ENERGY))} instead."
+        )
     if unknown:
         raise InputError(
             f"input(s) {', '.join(repr(k) for k in unknown)} are not read by any leaf; "

@@ -324,6 +324,9 @@ class Forest:
     def flops(self) -> int:
         """Total FLOPs, counting each distinct value once.
 
+        Generated denominators read by a value are charged with it
+        (:func:`~sq_jax.forest.cost.generated_operand_flops`).
+
         Example:
             >>> import sq_jax as sq
             >>> eqs = sq.parse("E = g{i1,i2;a1,a2} t{a1,a2;i1,i2}")
@@ -331,9 +334,12 @@ class Forest:
             >>> f.flops
             72
         """
-        from .cost import node_flops
+        from .cost import generated_operand_flops, node_flops
 
-        return sum(node_flops(v, self.spaces) for v in self.values())
+        return sum(
+            node_flops(v, self.spaces) + generated_operand_flops(v, self.spaces)
+            for v in self.values()
+        )
 
     def __str__(self) -> str:
         from .dump import format_forest

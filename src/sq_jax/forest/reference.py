@@ -31,6 +31,7 @@ import numpy as np
 from .._errors import ExpressionError
 from ..expr.nodes import Constant, Equation, Index, Power, Variable
 from ..expr.spaces import Spaces
+from .denominators import build_denominator, is_denominator
 from .inputs import bind_inputs, block_key, input_names
 from .nodes import EvalNode, Forest, NodeKind
 
@@ -131,6 +132,8 @@ def evaluate_forest(forest: Forest, blocks: Mapping[str, Any], *, xp: Any = np) 
 def _compute(node: EvalNode, values: Mapping[str, Any], blocks: Mapping[str, Any], xp: Any) -> Any:
     if node.kind is NodeKind.LEAF:
         assert node.tensor is not None
+        if is_denominator(node.tensor):  # generated whole from the orbital energies
+            return build_denominator(xp, block_key(node.tensor), blocks)
         return blocks[block_key(node.tensor)]
     if node.kind is NodeKind.SCALAR:
         return xp.asarray(scalar_value(xp, node.scalar, blocks))
@@ -182,6 +185,7 @@ def evaluate_reference(
     inputs: Mapping[str, Any],
     *,
     outputs: Sequence[str] | None = None,
+    xp: Any = np,
 ) -> dict[str, np.ndarray]:
     """Evaluate equations with ``numpy.einsum``, unbatched: the test oracle.
 
@@ -193,9 +197,11 @@ def evaluate_reference(
         outputs: the result labels to return (``None``: every equation's). As in
             :func:`sq_jax.compile`, a result read by a later equation is that equation's
             value, not an input.
+        xp: the array module: ``numpy``, or ``jax.numpy`` (what
+            :func:`evaluate_reference_jax` passes) for a traceable evaluation.
 
     Returns:
-        One NumPy array per returned result; modes in the order of the left-hand side.
+        One array of ``xp`` per returned result; modes in the order of the left-hand side.
 
     Raises:
         InputError: for missing or mis-shaped inputs.
@@ -208,8 +214,7 @@ def evaluate_reference(
         2.0
     """
     forest = _as_forest(source, spaces, outputs)
-    blocks = bind_inputs(forest, inputs, xp=np)
-    return evaluate_forest(forest, blocks, xp=np)
+    return evaluate_forest(forest, bind_inputs(forest, inputs, xp=xp), xp=xp)
 
 
 def evaluate_reference_jax(
@@ -232,6 +237,4 @@ def evaluate_reference_jax(
     """
     import jax.numpy as jnp
 
-    forest = _as_forest(source, spaces, outputs)
-    blocks = bind_inputs(forest, inputs, xp=jnp)
-    return evaluate_forest(forest, blocks, xp=jnp)
+    return evaluate_reference(source, spaces, inputs, outputs=outputs, xp=jnp)

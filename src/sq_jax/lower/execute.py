@@ -16,13 +16,15 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ..forest.denominators import build_denominator
 from ..forest.reference import scalar_value
 from ..schedule.ir import LoopId
 from .ir import Combine, Contract, Instr, Loop, Read
@@ -30,6 +32,7 @@ from .sums import SumTerm, sum_cuts
 
 __all__ = [
     "Ctx",
+    "RunSettings",
     "block_shape",
     "contract",
     "merge_batches",
@@ -52,9 +55,16 @@ def block_shape(dims: tuple[tuple[int, LoopId | None], ...], ctx: Ctx) -> tuple[
 def read_operand(
     read: Read, env: Mapping[int, Any], ctx: Ctx, blocks: Mapping[str, Any], dtype: Any
 ) -> Any:
-    """The operand, cut on use: ``x[..., start:start+size, ...]`` along each sliced mode."""
+    """The operand, cut on use: ``x[..., start:start+size, ...]`` along each sliced mode.
+
+    A generated denominator (``Δ``, :mod:`sq_jax.forest.denominators`) is built here, for
+    the current batch only, from slices of the orbital-energy vectors.
+    """
     if read.scalar is not None:
         return jnp.asarray(scalar_value(jnp, read.scalar.scalar, blocks), dtype=dtype)
+    if read.generated:
+        cuts = {p: ctx[lp][:2] for p, lp in read.slices}
+        return build_denominator(jnp, read.input_key, blocks, cuts, dtype)
     x = blocks[read.input_key] if read.input_key is not None else env[read.value_id]
     if not read.slices:
         return x
@@ -64,6 +74,30 @@ def read_operand(
         starts[p], sizes[p], _ = ctx[lp]
     # one dynamic_slice for all cut modes; starts are never negative
     return lax.dynamic_slice(x, starts, sizes, allow_negative_indices=False)
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    """What stays the same while one program's instructions run, loop after loop.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> RunSettings({}, jnp.float64).read is read_operand
+        True
+    """
+
+    blocks: Mapping[str, Any]
+    """The input blocks by key, already cast to ``dtype``."""
+    dtype: Any
+    """The dtype of every computed value."""
+    remat: bool = False
+    """Checkpoint each loop's batch (recompute it on the backward pass)."""
+    vary: Callable[[Any], Any] | None = None
+    """Outside ``shard_map``: ``None``. Inside: retypes a loop carry as varying across
+    the mesh axis, so nested loops type-check in :mod:`sq_jax.lower.shard`."""
+    read: Callable[..., Any] = read_operand
+    """How operands are cut (:func:`read_operand`); :mod:`sq_jax.lower.shard` replaces it
+    to read a device's local shard of a sharded input."""
 
 
 def _mask(x: Any, position: int, size: int, valid_from: Any) -> Any:
@@ -110,29 +144,14 @@ def contract(ins: Contract, ops: list[Any]) -> Any:
     return out.reshape(batch + lfree + rfree)
 
 
-def run_body(
-    body: tuple[Instr, ...],
-    env: dict[int, Any],
-    ctx: Ctx,
-    blocks: Mapping[str, Any],
-    dtype: Any,
-    remat: bool,
-    vary: Any = None,
-    read: Any = read_operand,
-) -> None:
-    """Run ``body`` in order, storing each produced value in ``env``.
-
-    ``vary`` (``None`` outside ``shard_map``) retypes a loop carry as varying across the
-    mesh axis, so nested loops type-check inside :mod:`sq_jax.lower.shard`; ``read``
-    (default :func:`read_operand`) is how operands are cut, which :mod:`sq_jax.lower.shard`
-    replaces to read a device's local shard of a sharded input.
-    """
+def run_body(body: tuple[Instr, ...], env: dict[int, Any], ctx: Ctx, run: RunSettings) -> None:
+    """Run ``body`` in order, storing each produced value in ``env``."""
     cuts = sum_cuts(body)
     for k, ins in enumerate(body):
         if k in cuts:
-            env[ins.value_id] = _sum_piece(cuts[k], env, ctx, blocks, dtype, read)
+            env[ins.value_id] = _sum_piece(cuts[k], env, ctx, run)
         elif isinstance(ins, Contract):
-            ops = [read(r, env, ctx, blocks, dtype) for r in ins.operands]
+            ops = [run.read(r, env, ctx, run.blocks, run.dtype) for r in ins.operands]
             for k, p, lp in ins.masks:
                 _, size, valid_from = ctx[lp]
                 if valid_from is not None:
@@ -140,22 +159,17 @@ def run_body(
             env[ins.value_id] = contract(ins, ops)
         elif isinstance(ins, Combine):
             terms = []
-            ops = [read(r, env, ctx, blocks, dtype) for r in ins.operands]
+            ops = [run.read(r, env, ctx, run.blocks, run.dtype) for r in ins.operands]
             for x, perm, c in zip(ops, ins.perms, ins.coefs, strict=True):
                 x = jnp.transpose(x, perm) if perm != tuple(range(len(perm))) else x
                 terms.append(x if c == 1.0 else c * x)
             env[ins.value_id] = terms[0] + terms[1]
         else:
-            env.update(run_loop(ins, env, ctx, blocks, dtype, remat, vary, read))
+            env.update(run_loop(ins, env, ctx, run))
 
 
 def _sum_piece(
-    terms: tuple[SumTerm, ...],
-    env: Mapping[int, Any],
-    ctx: Ctx,
-    blocks: Mapping[str, Any],
-    dtype: Any,
-    read: Any = read_operand,
+    terms: tuple[SumTerm, ...], env: Mapping[int, Any], ctx: Ctx, run: RunSettings
 ) -> Any:
     """A cut of a long sum (:mod:`..sums`): the terms stacked, times their coefficients.
 
@@ -163,9 +177,9 @@ def _sum_piece(
     """
     xs = []
     for t in terms:
-        x = read(t.read, env, ctx, blocks, dtype)
+        x = run.read(t.read, env, ctx, run.blocks, run.dtype)
         xs.append(x if t.perm == tuple(range(len(t.perm))) else jnp.transpose(x, t.perm))
-    coefs = jnp.asarray([t.coef for t in terms], dtype)
+    coefs = jnp.asarray([t.coef for t in terms], run.dtype)
     stacked = jnp.stack(xs)
     return lax.dot_general(
         coefs, stacked, (((0,), (0,)), ((), ())), precision=lax.Precision.HIGHEST
@@ -180,16 +194,7 @@ def merge_batches(stacked: Any, position: int) -> Any:
     return moved.reshape(shape[:position] + merged + shape[position + 2 :])
 
 
-def run_loop(
-    loop: Loop,
-    env: Mapping[int, Any],
-    ctx: Ctx,
-    blocks: Mapping[str, Any],
-    dtype: Any,
-    remat: bool,
-    vary: Any = None,
-    read: Any = read_operand,
-) -> dict[int, Any]:
+def run_loop(loop: Loop, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> dict[int, Any]:
     """One scope block: a loop over the batches of ``loop.loop``.
 
     Equivalent to::
@@ -217,31 +222,31 @@ def run_loop(
     def batch(start: Any, valid_from: Any, size: int) -> tuple[tuple[Any, ...], ...]:
         local = dict(env)
         inner = {**ctx, loop.loop: (start, size, valid_from)}
-        run_body(loop.body, local, inner, blocks, dtype, remat, vary, read)
+        run_body(loop.body, local, inner, run)
         outs = (
             tuple(local[v] for v in sums),
             tuple(local[v] for v in carries),
             tuple(local[v] for v, _ in scatters),
         )
-        return outs if vary is None else jax.tree.map(vary, outs)
+        return outs if run.vary is None else jax.tree.map(run.vary, outs)
 
-    run = jax.checkpoint(batch, static_argnums=(2,)) if remat else batch
+    checked = jax.checkpoint(batch, static_argnums=(2,)) if run.remat else batch
     overlap = loop.remainder > 0 and not loop.peel
     n = loop.num_batches if overlap else loop.full_batches
 
     def at(k: Any) -> tuple[tuple[Any, ...], ...]:
         if not overlap:
-            return run(k * block, None, block)
+            return checked(k * block, None, block)
         start = jnp.minimum(k * block, extent - block)
-        return run(start, k * block - start, block)
+        return checked(start, k * block - start, block)
 
     full_ctx = {**ctx, loop.loop: (0, block, None)}
     init = (
-        tuple(jnp.zeros(block_shape(d, full_ctx), dtype) for _, d in loop.sums),
-        tuple(jnp.zeros(block_shape(d, full_ctx), dtype) for _, d in loop.carries),
+        tuple(jnp.zeros(block_shape(d, full_ctx), run.dtype) for _, d in loop.sums),
+        tuple(jnp.zeros(block_shape(d, full_ctx), run.dtype) for _, d in loop.carries),
     )
-    if vary is not None:
-        init = jax.tree.map(vary, init)
+    if run.vary is not None:
+        init = jax.tree.map(run.vary, init)
     if not scatters:
 
         def fori_body(k: Any, carry: Any) -> Any:
@@ -268,7 +273,7 @@ def run_loop(
     else:
         full = [merge_batches(y, p) for y, (_, p) in zip(stacked, scatters, strict=True)]
     if loop.peel:
-        part, cross, pieces = run(n * block, None, loop.remainder)
+        part, cross, pieces = checked(n * block, None, loop.remainder)
         acc = tuple(a + b for a, b in zip(acc, part, strict=True))
         full = [
             jnp.concatenate([f, x], axis=p)

@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -153,10 +154,7 @@ class _Walk:
         Batch counts must not change the layout choices: the memory-budget planner
         prices every count with one lowering.
         """
-        size = 8
-        for extent, _ in read.dims:
-            size *= extent
-        return size
+        return 8 * math.prod(extent for extent, _ in read.dims)
 
     def compute(
         self,

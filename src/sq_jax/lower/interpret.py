@@ -32,7 +32,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from .execute import read_operand, run_body
+from .execute import RunSettings, read_operand, run_body
 from .ir import LoweredProgram
 from .shard import ShardPlan, run_sharded_body
 
@@ -77,7 +77,7 @@ def run_lowered(
     cast = {k: jnp.asarray(x, dtype) for k, x in blocks.items()}
     env: dict[int, Any] = {}
     if shard is None:
-        run_body(lowered.body, env, {}, cast, dtype, remat)
+        run_body(lowered.body, env, {}, RunSettings(cast, dtype, remat))
     else:
         run_sharded_body(shard, lowered.body, env, cast, dtype, remat, padded)
     out: dict[str, Any] = {}

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from ..expr.nodes import Index
+from ..forest.denominators import DENOMINATOR
 from ..forest.nodes import EvalNode
 from ..plan.batch import LoopKind
 from ..schedule.ir import LoopId
@@ -57,6 +58,16 @@ class Read:
     axes: tuple[int, ...] | None = None
     """Per stored axis, the position of its mode in the node's canonical mode order
     (``None``: the same order, as for inputs)."""
+
+    @property
+    def generated(self) -> bool:
+        """Whether this reads a generated denominator ``Δ``, built on use from the energies.
+
+        Example:
+            >>> Read(0, "Δ{a;i}").generated, Read(0, "t{a;i}").generated
+            (True, False)
+        """
+        return self.input_key is not None and self.input_key.startswith(DENOMINATOR + "{")
 
     def modes(self, carried: Sequence[Index]) -> tuple[Index, ...]:
         """The stored axes' modes, given the reading occurrence's modes in node order.

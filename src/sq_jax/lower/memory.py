@@ -10,7 +10,9 @@ footprint per value, live from its first to its last use. XLA allocates more tha
   per-batch pieces of its scatter escapes for its whole duration; moving stacked pieces
   into place (a scatter along any axis but the first, or an uneven last batch) is
   another full-size copy;
-* each **result** that is permuted or scaled is a new output buffer.
+* each **result** that is permuted or scaled is a new output buffer;
+* a **generated denominator** ``Δ`` (:mod:`sq_jax.forest.denominators`) is a new buffer
+  of its read (sliced) shape at every instruction that reads it.
 
 :func:`memory_model` walks the instruction tree in execution order and charges exactly
 these buffers, every one live from its producing instruction to its last reader (a
@@ -211,13 +213,18 @@ _CopyKey = tuple
 
 def _copies(ins: Contract | Combine) -> list[tuple[_CopyKey, Read, Counter]]:
     """Copies an instruction makes of its operands before it runs."""
+    built = [
+        ((read.input_key, None, read.slices, ins.value_id), read, _read_size(read))
+        for read in ins.operands
+        if read.generated  # built for this reader, from the energies of its batch
+    ]
     if isinstance(ins, Combine):
-        return []  # XLA fuses slicing and transposes into the elementwise sum
+        return built  # XLA fuses slicing and transposes into the elementwise sum
     perms = ins.gemm.perms if ins.gemm is not None else (None, None)
     masked = {k for k, _, _ in ins.masks}
-    out = []
+    out = built
     for k, (read, perm) in enumerate(zip(ins.operands, perms, strict=True)):
-        if read.scalar is not None:
+        if read.scalar is not None or read.generated:
             continue
         if ins.gemm is None or read.slices or perm is not None or k in masked:
             source = read.input_key if read.input_key is not None else read.value_id
@@ -258,6 +265,8 @@ _Item = tuple[str, Counter]
 
 
 def _copy_name(read: Read, perm: tuple[int, ...] | None) -> str:
+    if read.generated:
+        return f"{read} (generated from the energies)"
     what = "transposed copy" if perm is not None else "copy"
     return f"{what} of {read}"
 

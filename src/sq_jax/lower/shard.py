@@ -70,7 +70,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .._errors import PlanError
 from ..schedule import ScheduledForest
 from ..schedule.peak import PeakCell, PeakSchedule, dag_path, peak_profile_sweep
-from .execute import block_shape, merge_batches, read_operand, run_body
+from .execute import RunSettings, block_shape, merge_batches, read_operand, run_body
 from .ir import Instr, Loop, LoweredProgram
 
 __all__ = [
@@ -233,7 +233,7 @@ def sharded_inputs(lowered: LoweredProgram, num_devices: int) -> tuple[ShardedIn
                 visit(ins.body, ins if root is None else root)
                 continue
             for r in ins.operands:
-                if r.input_key is None:
+                if r.input_key is None or r.generated:  # Δ is built, never held split
                     continue
                 cut = [] if root is None else [p for p, lp in r.slices if lp == root.loop]
                 found = (cut[0], root.extent, root.block, root.num_batches) if cut else None
@@ -312,7 +312,7 @@ def _run_distributed(
 
             local = dict(env_v)
             ctx = {loop.loop: (k * block, block, None)}
-            run_body(loop.body, local, ctx, blocks_v, dtype, remat, vary, read)
+            run_body(loop.body, local, ctx, RunSettings(blocks_v, dtype, remat, vary, read))
             outs = (
                 tuple(local[v] for v in sums),
                 tuple(local[v] for v in carries),
@@ -404,7 +404,7 @@ def run_sharded_body(
         if isinstance(ins, Loop):
             env.update(_run_distributed(plan, ins, env, blocks, split, dtype, remat))
         else:
-            run_body((ins,), env, {}, blocks, dtype, remat)
+            run_body((ins,), env, {}, RunSettings(blocks, dtype, remat))
 
 
 # -- static and XLA memory -----------------------------------------------------------------

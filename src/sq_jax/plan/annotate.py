@@ -75,17 +75,24 @@ class OccurrenceId:
         return f"root {self.root} @{self.position}"
 
 
-@dataclass(frozen=True, slots=True)
-class LoopOpen:
-    """A batch loop opened at a node: the mode (with the node's label) and its kind."""
+def preorder(node: EvalNode) -> Iterator[tuple[int, EvalNode]]:
+    """``(position, node)`` for every node of a tree in pre-order, iteratively.
 
-    index: Index
-    """The batched mode, labelled as in the opening node's tree."""
-    kind: LoopKind
-    """``EXTERNAL`` (mode on the node's result) or ``CONTRACTED`` (summed there)."""
-
-    def __str__(self) -> str:
-        return f"{self.index} {self.kind}"
+    Example:
+        >>> from sq_jax.forest.nodes import EvalNode, NodeKind
+        >>> leaf = EvalNode(NodeKind.LEAF, (), "x")
+        >>> [p for p, _ in preorder(EvalNode(NodeKind.SUM, (), "s", leaf, leaf))]
+        [0, 1, 2]
+    """
+    stack = [node]
+    position = 0
+    while stack:
+        n = stack.pop()
+        yield position, n
+        position += 1
+        if n.left is not None:
+            stack.append(n.right)  # type: ignore[arg-type]
+            stack.append(n.left)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,24 +128,22 @@ class AnnotatedForest:
         return "\n".join(lines)
 
 
-def preorder(node: EvalNode) -> Iterator[tuple[int, EvalNode]]:
-    """``(position, node)`` for every node of a tree in pre-order, iteratively.
+@dataclass(frozen=True, slots=True)
+class LoopOpen:
+    """A batch loop opened at a node: the mode (with the node's label) and its kind.
 
     Example:
-        >>> from sq_jax.forest.nodes import EvalNode, NodeKind
-        >>> leaf = EvalNode(NodeKind.LEAF, (), "x")
-        >>> [p for p, _ in preorder(EvalNode(NodeKind.SUM, (), "s", leaf, leaf))]
-        [0, 1, 2]
+        >>> print(LoopOpen(Index("i", 1), LoopKind.EXTERNAL))
+        i_1 External
     """
-    stack = [node]
-    position = 0
-    while stack:
-        n = stack.pop()
-        yield position, n
-        position += 1
-        if n.left is not None:
-            stack.append(n.right)  # type: ignore[arg-type]
-            stack.append(n.left)
+
+    index: Index
+    """The batched mode, labelled as in the opening node's tree."""
+    kind: LoopKind
+    """``EXTERNAL`` (mode on the node's result) or ``CONTRACTED`` (summed there)."""
+
+    def __str__(self) -> str:
+        return f"{self.index} {self.kind}"
 
 
 def summed_indices(node: EvalNode) -> tuple[Index, ...]:

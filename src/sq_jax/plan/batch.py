@@ -22,27 +22,24 @@ Example:
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .._enums import ValueEnum
 from .._errors import PlanError, SqJaxError
 from ..expr.spaces import Spaces
 
 __all__ = ["BatchPlan", "LoopKind", "SpaceBatch", "check_mode_order"]
 
 
-class LoopKind(enum.Enum):
+class LoopKind(ValueEnum):
     """How a batch loop combines its batches (SeQuant's ``BatchModeType``)."""
 
     CONTRACTED = "Contracted"
     """The loop's mode is summed at the opening node: per-batch partials are added."""
     EXTERNAL = "External"
     """The loop's mode is on the opening node's result: per-batch pieces are scattered."""
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True, slots=True)

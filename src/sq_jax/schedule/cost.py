@@ -21,6 +21,11 @@ count (:meth:`~sq_jax.plan.SpaceBatch.num_batches`, remainder batch included) of
 enclosing loop that slices none of its modes. With nothing batched this is
 ``forest.flops``; batching never lowers it.
 
+A generated denominator ``Δ`` (:mod:`sq_jax.forest.denominators`) is built where its
+reader is produced, from the energies of the batch being read: its own term charges
+``rank`` FLOPs per element, times the batch count of every enclosing loop that slices
+none of its modes (it is rebuilt for each).
+
 Not counted (memory traffic, not arithmetic, and the same convention as
 :attr:`sq_jax.lower.program.Program.flops`): the adds that accumulate per-batch partial
 sums into a ``Sum`` output, the writes of ``Scatter`` outputs, forwarding along escape
@@ -50,6 +55,8 @@ from typing import Any
 
 from ..expr.spaces import Spaces
 from ..forest.cost import node_flops
+from ..forest.denominators import generated_flops, is_denominator
+from ..forest.nodes import NodeKind
 from .driver import ScheduledForest
 from .ir import BuildStep, LoopId, ScopeBlock
 from .rich import ValueCell
@@ -153,7 +160,39 @@ def flop_terms(scheduled: ScheduledForest) -> tuple[FlopTerm, ...]:
             blk.level.space for blk in sites[v] if not blk.is_root and blk.loop not in sliced
         )
         terms.append(FlopTerm(v, node_flops(cell.node, spaces), recompute))
+        terms += _generated_terms(cell, sites[v], scheduled, spaces)
     return tuple(terms)
+
+
+def _generated_terms(
+    cell: ValueCell, chain: tuple[ScopeBlock, ...], scheduled: ScheduledForest, spaces: Any
+) -> list[FlopTerm]:
+    """Terms for building the generated denominators ``cell``'s production reads."""
+    node = cell.node
+    assert node is not None
+    if not any(c.kind is NodeKind.LEAF and is_denominator(c.tensor) for c in node.children):
+        return []
+    first = cell.occurrences[0]
+    recs = {o.point: o for c in scheduled.rich.cells for o in c.occurrences}
+    loops = {
+        (ix.space, slot): ix
+        for ix, slot in zip(first.carried, first.loop_slot, strict=False)
+        if slot >= 0
+    }
+    loops.update({(ix.space, slot): ix for ix, slot in first.reduced_slot})
+    out = []
+    for point in first.operand_points:
+        rec = recs[point]
+        if rec.node is None or not is_denominator(rec.node.tensor):
+            continue
+        modes = set(rec.carried)
+        own = {lp for lp, ix in loops.items() if ix in modes}
+        recompute = tuple(
+            blk.level.space for blk in chain if not blk.is_root and blk.loop not in own
+        )
+        size = generated_flops([spaces.extent(ix.space) for ix in rec.carried])
+        out.append(FlopTerm(cell.value_id, size, recompute))
+    return out
 
 
 def schedule_flops(scheduled: ScheduledForest) -> int:

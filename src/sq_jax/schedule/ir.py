@@ -27,10 +27,10 @@ Example:
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Union
 
+from .._enums import ValueEnum
 from ..expr.nodes import Index
 from ..plan.batch import LoopKind
 
@@ -59,16 +59,13 @@ def loop_name(loop: LoopId) -> str:
     return f"{loop[0]}#{loop[1]}"
 
 
-class OutputKind(enum.Enum):
+class OutputKind(ValueEnum):
     """How a value leaves a block (``Transient`` is the absence of an output entry)."""
 
     ACCUMULATE_SUM = "Sum"
     """Partial sums over the block's batches are added (a Reduction escape)."""
     ACCUMULATE_SCATTER = "Scatter"
     """Each batch writes a disjoint slice of the full mode (a LoopCarried escape)."""
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,10 +37,10 @@ Example:
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from .._enums import ValueEnum
 from .._errors import DemotionFixpointError, UnknownValueError
 from ..expr.nodes import Index
 from ..forest.dump import expr_text
@@ -62,16 +62,13 @@ __all__ = [
 ]
 
 
-class LoopRole(enum.Enum):
+class LoopRole(ValueEnum):
     """The role of one batch loop for one value."""
 
     LOOP_LOCAL = "LoopLocal"
     REDUCTION = "Reduction"
     LOOP_CARRIED = "LoopCarried"
     LOOP_INVARIANT = "LoopInvariant"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,6 +78,48 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
+class ValueCell:
+    """One value: a distinct computed quantity, with all its occurrences."""
+
+    value_id: int
+    """Index of this cell in ``RichSchedule.cells``."""
+    key: int
+    """Value key: the node hash when nothing in its subtree is sliced, else salted."""
+    hash: int
+    """Label-blind node hash (``EvalNode.hash``)."""
+    is_leaf: bool
+    """Whether this is an input (leaf or scalar): never scheduled."""
+    carried: tuple[Index, ...]
+    """Result modes (first occurrence's labels)."""
+    home_modes: tuple[Index, ...]
+    """Carried modes an enclosing loop slices (first occurrence)."""
+    enclosing_modes: tuple[Index, ...]
+    """Union of the enclosing loop modes over occurrences (first-seen order)."""
+    divergent_modes: tuple[Index, ...]
+    """Carried labels that differ between occurrences (informational)."""
+    first_use: int
+    """Earliest point of an occurrence."""
+    last_use: int
+    """Latest consumer point of an occurrence that is read (inclusive): a root, or an
+    operand of its reader's first occurrence (of any occurrence if none is read)."""
+    home_depth: int
+    """Position in the first occurrence's ``ectx`` of the innermost home mode, or -1."""
+    occurrences: tuple[OccurrenceRec, ...]
+    """Every use-site, in point order."""
+    node: EvalNode | None = field(default=None, compare=False, repr=False)
+    """A representative eval node (the first occurrence's)."""
+
+    def __str__(self) -> str:
+        what = expr_text(self.node, 80) if self.node is not None else f"#{self.hash:x}"
+        kind = "leaf " if self.is_leaf else ""
+        modes = ",".join(map(str, self.carried))
+        return (
+            f"v{self.value_id} {kind}[{modes}] [{self.first_use},{self.last_use}] "
+            f"x{len(self.occurrences)} {what}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class OccurrenceRec:
     """One use-site of a value (one node at one position of one tree)."""
 
@@ -163,48 +205,6 @@ class OccurrenceRec:
         if self.reduced_slot:
             extra += " sums " + ",".join(f"{ix}:{s}" for ix, s in self.reduced_slot)
         return f"@{self.point}->{self.consumer_point} [{sl}]{extra}"
-
-
-@dataclass(frozen=True, slots=True)
-class ValueCell:
-    """One value: a distinct computed quantity, with all its occurrences."""
-
-    value_id: int
-    """Index of this cell in ``RichSchedule.cells``."""
-    key: int
-    """Value key: the node hash when nothing in its subtree is sliced, else salted."""
-    hash: int
-    """Label-blind node hash (``EvalNode.hash``)."""
-    is_leaf: bool
-    """Whether this is an input (leaf or scalar): never scheduled."""
-    carried: tuple[Index, ...]
-    """Result modes (first occurrence's labels)."""
-    home_modes: tuple[Index, ...]
-    """Carried modes an enclosing loop slices (first occurrence)."""
-    enclosing_modes: tuple[Index, ...]
-    """Union of the enclosing loop modes over occurrences (first-seen order)."""
-    divergent_modes: tuple[Index, ...]
-    """Carried labels that differ between occurrences (informational)."""
-    first_use: int
-    """Earliest point of an occurrence."""
-    last_use: int
-    """Latest consumer point of an occurrence that is read (inclusive): a root, or an
-    operand of its reader's first occurrence (of any occurrence if none is read)."""
-    home_depth: int
-    """Position in the first occurrence's ``ectx`` of the innermost home mode, or -1."""
-    occurrences: tuple[OccurrenceRec, ...]
-    """Every use-site, in point order."""
-    node: EvalNode | None = field(default=None, compare=False, repr=False)
-    """A representative eval node (the first occurrence's)."""
-
-    def __str__(self) -> str:
-        what = expr_text(self.node, 80) if self.node is not None else f"#{self.hash:x}"
-        kind = "leaf " if self.is_leaf else ""
-        modes = ",".join(map(str, self.carried))
-        return (
-            f"v{self.value_id} {kind}[{modes}] [{self.first_use},{self.last_use}] "
-            f"x{len(self.occurrences)} {what}"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,15 +302,9 @@ def build_rich_schedule(ann: AnnotatedForest) -> RichSchedule:
         LoopKindConflictError: if one loop instance ends up with both kinds (a bug).
 
     Example:
-        >>> from sq_jax.expr.nodes import Index
-        >>> from sq_jax.expr.spaces import Spaces
-        >>> from sq_jax.forest.nodes import EvalNode, Forest, NodeKind, Root
+        >>> import sq_jax as sq
         >>> from sq_jax.plan import BatchPlan, annotate
-        >>> i1, k1 = Index("i", 1), Index("Κ", 1)
-        >>> a = EvalNode(NodeKind.LEAF, (i1, k1), "A")
-        >>> b = EvalNode(NodeKind.LEAF, (k1,), "B")
-        >>> top = EvalNode(NodeKind.PRODUCT, (i1,), "AB", a, b)
-        >>> forest = Forest((Root("R", (i1,), top),), Spaces(i=4, Κ=8))
+        >>> forest = sq.build_forest(sq.parse("R{i1} = A{i1;;Κ1} B{;;Κ1}"), sq.Spaces(i=4, Κ=8))
         >>> rich = build_rich_schedule(annotate(forest, BatchPlan.of({"Κ": 2})))
         >>> [(c.value_id, c.is_leaf, c.first_use, c.last_use) for c in rich.cells]
         [(0, True, 0, 2), (1, True, 1, 2), (2, False, 2, 2)]

@@ -32,15 +32,8 @@ from ..plan.batch import LoopKind
 from ..schedule import ScheduledForest
 from ..schedule.ir import BuildStep, OutputKind, ScopeBlock
 from ..schedule.peak import dag_path
-from ._common import (
-    axes_and_figure,
-    plan_label,
-    plural,
-    require_matplotlib,
-    save,
-    truncate,
-    value_label,
-)
+from ._figure import axes_and_figure, require_matplotlib, save
+from ._labels import plan_label, plural, truncate, value_label
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -97,8 +90,8 @@ def plot_loop_nest(
     """Draw the ordered schedule's block tree as nested boxes.
 
     Args:
-        scheduled: the scheduled forest (``program.schedule`` or
-            :func:`~sq_jax.schedule.schedule_forest`).
+        scheduled: the scheduled forest whose ordered block tree is drawn
+            (``program.schedule`` or :func:`~sq_jax.schedule.schedule_forest`).
         path: when given, the figure is saved there as a PNG.
         ax: draw into this axes (its figure keeps its size) instead of a new figure,
             whose height grows with the number of rows.
@@ -115,11 +108,9 @@ def plot_loop_nest(
 
     Example:
         >>> import sq_jax as sq
-        >>> from sq_jax.plan import BatchPlan
-        >>> from sq_jax.schedule import schedule_forest
         >>> forest = sq.build_forest(
         ...     sq.parse("g{p1,p2;p3,p4} = B{p1,p3;;K1} B{p2,p4;;K1}"), sq.Spaces(i=2, a=3, K=8))
-        >>> fig = plot_loop_nest(schedule_forest(forest, BatchPlan.of({"K": 4})))
+        >>> fig = plot_loop_nest(sq.schedule_forest(forest, sq.BatchPlan.of({"K": 4})))
         >>> [p.get_gid() for p in fig.axes[0].patches if p.get_gid().startswith("Sum")]
         ['Sum:v1']
     """

@@ -30,15 +30,8 @@ from .._units import human_bytes, unit_for
 from ..plan.batch import LoopKind
 from ..schedule import ScheduledForest
 from ..schedule.peak import PeakSchedule, dag_path
-from ._common import (
-    axes_and_figure,
-    plan_label,
-    plural,
-    require_matplotlib,
-    save,
-    truncate,
-    value_label,
-)
+from ._figure import axes_and_figure, require_matplotlib, save
+from ._labels import plan_label, plural, truncate, value_label
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -133,7 +126,7 @@ def plot_peak_profile(
     """Plot live intermediate bytes along the schedule's static points.
 
     Args:
-        scheduled: the scheduled forest (``program.schedule`` or
+        scheduled: the scheduled forest to profile (``program.schedule`` or
             :func:`~sq_jax.schedule.schedule_forest`).
         path: when given, the figure is saved there as a PNG.
         ax: draw into this axes instead of a new figure; pass the same axes again to
