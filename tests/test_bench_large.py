@@ -63,7 +63,7 @@ def test_uccsd_figure_matches_pyscf_uccsd_update_per_spin_block(tmp_path):
         f"rel_update_{n}" for n in ("t1a", "t1b", "t2aa", "t2ab", "t2bb")
     }
     assert full["result"]["pyscf"]["class"] == "pyscf.cc.uccsd.UCCSD"
-    assert "UCCSD" in (tmp_path / "large-uccsd-tiny.md").read_text()
+    assert "UCCSD" in (tmp_path / "large-uccsd-tiny.json").with_suffix(".md").read_text()
 
 
 def test_compare_catches_a_wrong_residual_or_layout():
