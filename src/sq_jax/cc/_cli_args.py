@@ -187,17 +187,15 @@ def add_cc_options(p: argparse.ArgumentParser) -> None:
         help="nuclear repulsion (hartree) added to E(HF) of --fock/--eri (the files lack it)",
     )
     shell = p.add_mutually_exclusive_group()
-    shell.add_argument(
-        "--closed-shell",
-        action="store_true",
-        help="spin-adapted equations over spatial orbitals",
-    )
-    shell.add_argument(
-        "--spin-orbital",
-        action="store_true",
-        help="spin-orbital equations (the default, except for closed-shell --eri files and "
-        "UHF/ROHF references, which run the spin-blocked unrestricted ones)",
-    )
+    for flag, text in (
+        ("--closed-shell", "spin-adapted equations over spatial orbitals"),
+        (
+            "--spin-orbital",
+            "spin-orbital equations (the default, except for closed-shell --eri files and "
+            "UHF/ROHF references, which run the spin-blocked unrestricted ones)",
+        ),
+    ):
+        shell.add_argument(flag, action="store_true", help=text)
     p.add_argument("--batch", help="batch plan, e.g. a=4,i=2 (number of batches)")
     p.add_argument("--memory", help="memory budget for intermediates, e.g. '512 MiB'")
     p.add_argument("--solver", choices=("diis", "newton"), default="diis")

@@ -47,8 +47,7 @@ __all__ = ["BlockBuilder", "BlockIntegrals", "block_builder", "integral_source",
 
 ORBITAL_SPACES = ("i", "a", "p")
 _KEY = re.compile(r"^(\w+)\{([^{}]*)\}$")
-# The permutations of (pq|rs) that leave real chemist integrals unchanged.
-_CHEM_SYMMETRIES = (
+CHEM_SYMMETRIES = (
     (0, 1, 2, 3),
     (1, 0, 2, 3),
     (0, 1, 3, 2),
@@ -58,6 +57,7 @@ _CHEM_SYMMETRIES = (
     (2, 3, 1, 0),
     (3, 2, 1, 0),
 )
+"""The permutations of (pq|rs) that leave real chemist integrals unchanged."""
 
 
 def read_blocks(*programs: Any) -> tuple[str, ...]:
@@ -329,7 +329,7 @@ class BlockBuilder:
     def _four_index(self, parsed: Mapping[str, tuple[str, ...]]) -> dict[str, np.ndarray]:
         def canonical(spaces: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[int, ...]]:
             # The smallest equivalent space order; each chemist block is computed once.
-            return min((tuple(spaces[k] for k in perm), perm) for perm in _CHEM_SYMMETRIES)
+            return min((tuple(spaces[k] for k in perm), perm) for perm in CHEM_SYMMETRIES)
 
         def needs(x: str, y: str, z: str, w: str) -> list[tuple[str, ...]]:
             exchange = [(x, w, y, z)] if self.spin_orbital else []

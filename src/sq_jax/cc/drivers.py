@@ -39,6 +39,7 @@ from .integrals import (
     spin_orbital_from_spatial,
 )
 from .orbitals import freeze_integrals, is_open_shell
+from .run import T1, T2, CCRun, amplitude_key
 from .solvers import (
     CCResult,
     antisymmetrize,
@@ -53,192 +54,11 @@ from .unrestricted import read_spin_blocks, spin_block_builder
 __all__ = ["CCRun", "ccd", "ccsd", "ccsdt", "solve_cc"]
 
 
-def amplitude_key(rank: int) -> str:
-    """The input name of the rank-n amplitude: ``t{a;i}``, ``t{a,a;i,i}``, ….
-
-    Example:
-        >>> amplitude_key(3)
-        't{a,a,a;i,i,i}'
-    """
-    return "t{" + ",".join("a" * rank) + ";" + ",".join("i" * rank) + "}"
-
-
-T1, T2 = amplitude_key(1), amplitude_key(2)
 _RESIDUAL_OF = {f"R{n}": amplitude_key(n) for n in range(1, 7)}
 METHODS = ("ccd", "ccsd", "ccsdt", "ccsdtq")
 """Named methods; on the spin-orbital route any model of :func:`sq_jax.derive.model_ranks`
 is accepted, its equations shipped (``ccsdt_so``) or derived when asked for."""
 SOLVERS = ("diis", "newton")
-
-
-@dataclasses.dataclass(frozen=True)
-class CCRun:
-    """A finished coupled-cluster calculation.
-
-    Attributes:
-        method: ``"ccsd"``, ``"ccd"``, ``"ccsdt"``, ….
-        closed_shell: whether spin-adapted (spatial-orbital) equations were used.
-        result: the solver's :class:`~sq_jax.cc.solvers.CCResult` (correlation energy,
-            amplitudes, status, history, timings).
-        e_hf: the reference (Hartree–Fock) energy.
-        residual_program: the compiled residual program (schedule, FLOPs, peak).
-        energy_program: the compiled energy program.
-        nocc: active occupied orbitals (spin-orbitals for spin-orbital runs), frozen
-            ones left out.
-        nvirt: active virtual orbitals.
-        spin_positions: for spin-orbital runs whose orbital order is known, the positions
-            of occupied α, occupied β, virtual α and virtual β among the occupied and
-            virtual spin-orbitals (see :meth:`unrestricted_amplitudes`); else ``None``.
-        integrals: the integral arrays the programs read, keyed by input name (``"f"``,
-            ``"g"``, or block keys), so that Λ, densities and EOM can re-evaluate the
-            residual at the converged amplitudes.
-        block_source: the :class:`~sq_jax.cc.blocks.BlockBuilder` the integral blocks
-            came from (``None`` for integrals given whole), so that (T) can build the
-            blocks it reads.
-        triples: what :meth:`ccsd_t` found (``"e_t"``); read it as :attr:`e_t`.
-        antisymmetrized_after: residual name → rank n for the residuals whose ``Â`` the
-            program does not compute (triples and up, see
-            :mod:`sq_jax.cc.antisymmetrizer`): R_n is
-            ``apply_antisymmetrizer(residual_program(...)[name], n)``. Empty for CCSD.
-    """
-
-    method: str
-    closed_shell: bool
-    result: CCResult
-    e_hf: float
-    residual_program: Program
-    energy_program: Program
-    nocc: int
-    nvirt: int
-    spin_positions: tuple[tuple[int, ...], ...] | None = None
-    integrals: Mapping[str, Any] = dataclasses.field(
-        default_factory=dict, repr=False, compare=False
-    )
-    block_source: BlockBuilder | None = dataclasses.field(default=None, repr=False, compare=False)
-    triples: dict[str, float] = dataclasses.field(default_factory=dict, repr=False, compare=False)
-    equations: str = ""
-    antisymmetrized_after: Mapping[str, int] = dataclasses.field(default_factory=dict)
-
-    @property
-    def e_t(self) -> float | None:
-        """E(T) once :meth:`ccsd_t` has run (PySCF's ``e_t``), else ``None``."""
-        return self.triples.get("e_t")
-
-    def ccsd_t(self, **options: Any) -> float:
-        """The (T) correction on the converged amplitudes; also sets :attr:`e_t`.
-
-        Takes the options of :func:`sq_jax.cc.triples.ccsd_t` (``batch``,
-        ``memory_budget``, ``canonical_tol``).
-
-        Example:
-            >>> run = ccsd()
-            >>> e_t = run.ccsd_t(memory_budget="64 KiB")
-            >>> run.e_t == e_t, round(e_t, 8)
-            (True, -6.741e-05)
-        """
-        from .triples import ccsd_t
-
-        return ccsd_t(self, **options)
-
-    @property
-    def spin_blocked(self) -> bool:
-        """Whether the unrestricted spin-blocked equations (``*_uhf``) were solved."""
-        return self.equations.endswith("_uhf")
-
-    def _spin_orbital(self, blocks: tuple[str, ...]) -> np.ndarray:
-        """Assemble spin-orbital amplitudes (open-shell order) from the spin blocks."""
-        oa, ob, va, vb = (np.asarray(p, dtype=int) for p in self.spin_positions or ())
-        amps = self.result.amplitudes
-        if len(blocks) == 2:
-            out = np.zeros((self.nvirt, self.nocc))
-            for key, (v, o) in zip(blocks, ((va, oa), (vb, ob)), strict=True):
-                if key in amps:
-                    out[np.ix_(v, o)] = np.asarray(amps[key])
-            return out
-        out = np.zeros((self.nvirt, self.nvirt, self.nocc, self.nocc))
-        aa, ab, bb = (np.asarray(amps[k]) for k in blocks)
-        out[np.ix_(va, va, oa, oa)] = aa
-        out[np.ix_(vb, vb, ob, ob)] = bb
-        out[np.ix_(va, vb, oa, ob)] = ab  # the other three mixed blocks by antisymmetry
-        out[np.ix_(vb, va, oa, ob)] = -ab.transpose(1, 0, 2, 3)
-        out[np.ix_(va, vb, ob, oa)] = -ab.transpose(0, 1, 3, 2)
-        out[np.ix_(vb, va, ob, oa)] = ab.transpose(1, 0, 3, 2)
-        return out
-
-    @property
-    def e_corr(self) -> float:
-        """The correlation energy."""
-        return float(self.result.energy)
-
-    @property
-    def converged(self) -> bool:
-        """Whether the amplitude equations converged (``result.converged``)."""
-        return bool(self.result.converged)
-
-    @property
-    def t1(self) -> np.ndarray:
-        """T1 in PySCF's layout ``t1[i, a]`` (zeros for CCD).
-
-        Closed-shell: spatial orbitals, as PySCF's RCCSD. Spin-orbital: the route's
-        spin-orbitals — α/β interleaved (``2p + σ``) for an RHF reference, and occupied α,
-        occupied β, virtual α, virtual β for UHF/ROHF (see :mod:`sq_jax.cc.open_shell`).
-        """
-        if self.spin_blocked:
-            return self._spin_orbital(UHF_AMPLITUDES[:2]).T
-        t = self.result.amplitudes.get(T1)
-        return np.zeros((self.nocc, self.nvirt)) if t is None else np.asarray(t).T
-
-    @property
-    def t2(self) -> np.ndarray:
-        """T2 in PySCF's layout ``t2[i, j, a, b]``, orbitals as for :attr:`t1`."""
-        if self.spin_blocked:
-            return self._spin_orbital(UHF_AMPLITUDES[2:]).transpose(2, 3, 0, 1)
-        return np.asarray(self.result.amplitudes[T2]).transpose(2, 3, 0, 1)
-
-    def unrestricted_amplitudes(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
-        """The spin blocks of a spin-orbital run in PySCF's UCCSD layout.
-
-        Returns:
-            ``((t1a, t1b), (t2aa, t2ab, t2bb))`` with ``t1a[i, a]``, ``t2ab[i, J, a, B]``
-            (i, a α; J, B β) and so on, as ``pyscf.cc.UCCSD``'s ``t1`` and ``t2``.
-
-        Raises:
-            InputError: a closed-shell run, or spin-orbital integrals given directly
-                (their spin order is not known).
-
-        Example:
-            >>> (t1a, t1b), (t2aa, t2ab, t2bb) = ccsd().unrestricted_amplitudes()
-            >>> t1a.shape, t2ab.shape, bool(abs(t1a - t1b).max() < 1e-8)
-            ((5, 2), (5, 5, 2, 2), True)
-        """
-        if self.spin_positions is None:
-            why = "a closed-shell run" if self.closed_shell else "integrals of unknown spin order"
-            raise InputError(
-                f"unrestricted_amplitudes needs a spin-orbital run from the shipped system or "
-                f"a PySCF object; this is {why}. Use `run.t1` and `run.t2` as they are."
-            )
-        if self.spin_blocked:  # the blocks themselves, in PySCF's layout
-            amps = self.result.amplitudes
-            oa, ob, va, vb = (len(p) for p in self.spin_positions or ())
-            t1a, t1b = (
-                np.asarray(amps[k]).T if k in amps else np.zeros(shape)  # zeros for CCD
-                for k, shape in zip(UHF_AMPLITUDES[:2], ((oa, va), (ob, vb)), strict=True)
-            )
-            doubles = tuple(np.asarray(amps[k]).transpose(2, 3, 0, 1) for k in UHF_AMPLITUDES[2:])
-            return (t1a, t1b), doubles
-        oa, ob, va, vb = (np.asarray(p, dtype=int) for p in self.spin_positions)
-        t1, t2 = self.t1, self.t2
-        singles = (t1[np.ix_(oa, va)], t1[np.ix_(ob, vb)])
-        doubles = tuple(
-            t2[np.ix_(o1, o2, v1, v2)]
-            for o1, o2, v1, v2 in ((oa, oa, va, va), (oa, ob, va, vb), (ob, ob, vb, vb))
-        )
-        return singles, doubles
-
-    @property
-    def e_tot(self) -> float:
-        """The total energy, reference plus correlation."""
-        return self.e_hf + self.e_corr
 
 
 def _integrals(
@@ -448,18 +268,9 @@ def solve_cc(
                 f"{name!r} equations read full integrals. Pass df=True (spin-orbital DF "
                 "equations) or drop auxbasis."
             )
-        return _solve_spin_blocked(
-            system,
-            name,
-            method,
-            solver,
-            batch,
-            memory_budget,
-            remat,
-            verbose,
-            frozen,
-            solver_options,
-        )
+        settings = _Settings(method, solver, batch, memory_budget, remat, verbose, solver_options)
+        return _solve_spin_blocked(system, name, frozen, settings)
+    settings = _Settings(method, solver, batch, memory_budget, remat, verbose, solver_options)
     ints = _integrals(system, closed_shell, df, auxbasis, frozen)
     is_blocks = isinstance(ints, BlockBuilder)
     ints_source = ints if is_blocks else None
@@ -468,99 +279,96 @@ def solve_cc(
         spin_positions = block_builder(None, spin_orbital=True, frozen=frozen).spin_positions
     spaces = ints.spaces() if is_blocks else Spaces(i=ints.nocc, a=ints.nvirt)
     text = load_equations(name) if name in available() else cc_equations(method)
-    residual_program, energy_program, keys, after = _compile(
-        text, spaces, _RESIDUAL_OF, batch, memory_budget, remat
-    )
+    compiled = _compile(text, spaces, _RESIDUAL_OF, settings)
 
     if is_blocks:  # build exactly the integral blocks the two programs read
-        ints = ints.build(read_blocks(residual_program, energy_program))
+        ints = ints.build(read_blocks(compiled.residual, compiled.energy))
         integrals = {k: jnp.asarray(v) for k, v in ints.inputs().items()}
     else:
         integrals = {"f": jnp.asarray(ints.fock), "g": jnp.asarray(ints.eri)}
     d1, _ = ints.denominators()
     m1, m2 = ints.mp2_amplitudes()
     start = {T1: jnp.asarray(m1), T2: jnp.asarray(m2)}  # MP2; higher ranks start at zero
-    dens = {key: _denominator(d1, key.count("a")) for key in keys}
-    start = {k: start[k] if k in start else jnp.zeros(dens[k].shape) for k in keys}
-    result = _solve(
-        residual_program,
-        energy_program,
-        integrals,
-        _RESIDUAL_OF,
-        keys,
-        start,
-        dens,
-        solver,
-        None if closed_shell else antisymmetrize,
-        method,
-        verbose,
-        solver_options,
-        after,
-    )
+    dens = {key: _denominator(d1, key.count("a")) for key in compiled.keys}
+    start = {k: start[k] if k in start else jnp.zeros(dens[k].shape) for k in compiled.keys}
+    project = None if closed_shell else antisymmetrize
+    result = _solve(compiled, integrals, start, dens, project, settings)
     return CCRun(
         method,
         closed_shell,
         result,
         float(ints.e_hf),
-        residual_program,
-        energy_program,
+        compiled.residual,
+        compiled.energy,
         ints.nocc,
         ints.nvirt,
         spin_positions,
         integrals,
         block_source=ints_source,
         equations=name,
-        antisymmetrized_after=after,
+        antisymmetrized_after=compiled.after,
     )
 
 
-def _compile(
-    text: str,
-    spaces: Spaces,
-    residual_of: Mapping[str, str],
-    batch: Any,
-    memory_budget: Any,
-    remat: bool,
-) -> tuple[Program, Program, list[str], dict[str, int]]:
-    """The residual and energy programs, the residual keys, and the deferred ``Â``s.
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    """How :func:`solve_cc` was asked to compile and solve."""
 
-    Returns the residuals' amplitude keys in order, and name → rank of the residuals
-    whose ``Â`` is applied to the program's output. The residual program is batched or
-    budgeted as asked. From triples on, ``Â`` (n!² permutations) is not expanded into the
-    text the compiler factors (36x, 576x the terms) but applied afterwards
-    (:mod:`sq_jax.cc.antisymmetrizer`).
+    method: str
+    solver: str
+    batch: Any
+    memory_budget: Any
+    remat: bool
+    verbose: bool
+    solver_options: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Compiled:
+    """The residual and energy programs of one equation set.
+
+    ``keys``: the residuals' amplitude keys in order; ``after``: residual name → rank of
+    the ``Â`` applied to the residual program's output (from triples on, ``Â`` with its
+    n!² permutations is not expanded into the text the compiler factors — 36x, 576x the
+    terms — but applied afterwards, :mod:`sq_jax.cc.antisymmetrizer`).
     """
+
+    residual: Program
+    energy: Program
+    residual_of: Mapping[str, str]
+    keys: list[str]
+    after: dict[str, int]
+
+
+def _compile(
+    text: str, spaces: Spaces, residual_of: Mapping[str, str], settings: _Settings
+) -> _Compiled:
+    """Compile ``text``'s residuals (batched or budgeted as asked) and its energy."""
     equations, after = parse_cc_equations(text, spaces)
     residual_eqs = [eq for eq in equations if eq.name in residual_of]
     energy_eqs = [eq for eq in equations if eq.name == "E"]
-    budget = {} if memory_budget is None else {"memory_budget": memory_budget}
-    residual_program = compile_program(residual_eqs, spaces, batch=batch, remat=remat, **budget)
+    budget = {} if settings.memory_budget is None else {"memory_budget": settings.memory_budget}
+    residual = compile_program(
+        residual_eqs, spaces, batch=settings.batch, remat=settings.remat, **budget
+    )
     keys = [residual_of[eq.name] for eq in residual_eqs]
-    return residual_program, compile_program(energy_eqs, spaces), keys, after
+    return _Compiled(residual, compile_program(energy_eqs, spaces), residual_of, keys, after)
 
 
 def _solve(
-    residual_program: Program,
-    energy_program: Program,
+    compiled: _Compiled,
     integrals: Mapping[str, Any],
-    residual_of: Mapping[str, str],
-    keys: list[str],
     start: Mapping[str, Any],
     denominators: Mapping[str, Any],
-    solver: str,
     project: Any,
-    method: str,
-    verbose: bool,
-    solver_options: Mapping[str, Any],
-    after: Mapping[str, int],
+    settings: _Settings,
 ) -> CCResult:
-    """Run the solver on the two compiled programs, from ``start`` (one key per residual).
-
-    ``after``: residual name → rank of the ``Â`` applied to the program's output.
-    """
+    """Run the solver on the two compiled programs, from ``start`` (one key per residual)."""
     # Each program is given only what it reads (CCD's energy has no Fock term, say).
+    residual_program, energy_program = compiled.residual, compiled.energy
     fixed_r = _read_by(residual_program, integrals)
     fixed_e = _read_by(energy_program, integrals)
+    after, residual_of = compiled.after, compiled.residual_of
 
     def residual_fn(t: Mapping[str, Any]) -> dict[str, Any]:
         out = residual_program({**fixed_r, **t})
@@ -570,22 +378,15 @@ def _solve(
     def energy_fn(t: Mapping[str, Any]) -> Any:
         return energy_program({**fixed_e, **_read_by(energy_program, t)})["E"]
 
-    t0 = {k: jnp.asarray(start[k]) for k in keys}
-    dens = {k: denominators[k] for k in keys}
-    label = method.upper()
-    if solver == "diis":
+    t0 = {k: jnp.asarray(start[k]) for k in compiled.keys}
+    dens = {k: denominators[k] for k in compiled.keys}
+    label, verbose, options = settings.method.upper(), settings.verbose, settings.solver_options
+    if settings.solver == "diis":
         return solve_diis(
-            residual_fn, energy_fn, t0, dens, method=label, verbose=verbose, **solver_options
+            residual_fn, energy_fn, t0, dens, method=label, verbose=verbose, **options
         )
     return solve_newton_krylov(
-        residual_fn,
-        energy_fn,
-        t0,
-        dens,
-        project=project,
-        method=label,
-        verbose=verbose,
-        **solver_options,
+        residual_fn, energy_fn, t0, dens, project=project, method=label, verbose=verbose, **options
     )
 
 
@@ -595,48 +396,21 @@ def _project_same_spin(amplitudes: Mapping[str, Any]) -> dict[str, Any]:
     return {**amplitudes, **antisymmetrize(same)}
 
 
-def _solve_spin_blocked(
-    system: Any,
-    name: str,
-    method: str,
-    solver: str,
-    batch: Any,
-    memory_budget: Any,
-    remat: bool,
-    verbose: bool,
-    frozen: Any,
-    solver_options: Mapping[str, Any],
-) -> CCRun:
+def _solve_spin_blocked(system: Any, name: str, frozen: Any, settings: _Settings) -> CCRun:
     """:func:`solve_cc` on the unrestricted spin-blocked equations (``*_uhf``)."""
     builder = spin_block_builder(system, frozen=frozen)
-    spaces = builder.spaces()
-    residual_program, energy_program, keys, after = _compile(
-        load_equations(name), spaces, UHF_RESIDUAL_OF, batch, memory_budget, remat
-    )
-    ints = builder.build(read_spin_blocks(residual_program, energy_program))
+    compiled = _compile(load_equations(name), builder.spaces(), UHF_RESIDUAL_OF, settings)
+    ints = builder.build(read_spin_blocks(compiled.residual, compiled.energy))
     integrals = {k: jnp.asarray(v) for k, v in ints.inputs().items()}
-    result = _solve(
-        residual_program,
-        energy_program,
-        integrals,
-        UHF_RESIDUAL_OF,
-        keys,
-        ints.mp2_amplitudes(),
-        ints.denominators(),
-        solver,
-        _project_same_spin,
-        method,
-        verbose,
-        solver_options,
-        after,
-    )
+    start, dens = ints.mp2_amplitudes(), ints.denominators()
+    result = _solve(compiled, integrals, start, dens, _project_same_spin, settings)
     return CCRun(
-        method,
+        settings.method,
         False,
         result,
         ints.e_hf,
-        residual_program,
-        energy_program,
+        compiled.residual,
+        compiled.energy,
         sum(builder.nocc),
         sum(builder.nvirt),
         builder.spin_positions,

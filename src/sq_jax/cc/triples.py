@@ -40,7 +40,7 @@ from .blocks import read_blocks
 from .equations import load_equations
 
 if TYPE_CHECKING:
-    from .drivers import CCRun
+    from .run import CCRun
 
 __all__ = ["CANONICAL_TOL", "ccsd_t", "triples_inputs", "triples_program"]
 

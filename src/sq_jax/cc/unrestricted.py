@@ -34,7 +34,7 @@ import numpy as np
 from .._errors import InputError
 from ..expr.spaces import Spaces
 from ..forest.inputs import input_specs
-from .blocks import integral_source
+from .blocks import CHEM_SYMMETRIES, integral_source
 from .open_shell import pyscf_chem
 
 __all__ = [
@@ -56,16 +56,6 @@ RESIDUAL_OF = {"R1a": T1A, "R1b": T1B, "R2aa": T2AA, "R2ab": T2AB, "R2bb": T2BB}
 _MP2_BLOCKS = ("g{a↑,a↑;i↑,i↑}", "g{a↑,a↓;i↑,i↓}", "g{a↓,a↓;i↓,i↓}")
 _SPINS = {"↑": 0, "↓": 1}
 _KEY = re.compile(r"^([fg])\{([^{}]*)\}$")
-_CHEM_SYMMETRIES = (
-    (0, 1, 2, 3),
-    (1, 0, 2, 3),
-    (0, 1, 3, 2),
-    (1, 0, 3, 2),
-    (2, 3, 0, 1),
-    (3, 2, 0, 1),
-    (2, 3, 1, 0),
-    (3, 2, 1, 0),
-)
 
 
 def read_spin_blocks(*programs: Any) -> tuple[str, ...]:
@@ -222,17 +212,12 @@ class SpinBlockBuilder:
         return self._source.chem(tuple(x for x, _ in slots))
 
     def build(self, keys: Iterable[str]) -> SpinBlockIntegrals:
-        """Build the blocks ``keys`` and the ones the MP2 guess and T1 guess read.
+        """The :class:`SpinBlockIntegrals` of ``keys`` and of what the guesses read.
 
-        Args:
-            keys: block keys such as ``"g{i↑,a↓;i↑,a↓}"`` or ``"f{a↓;a↓}"`` — see
-                :func:`read_spin_blocks`.
-
-        Returns:
-            The :class:`SpinBlockIntegrals`.
-
-        Raises:
-            InputError: a key that is not a spin block of ``f`` or ``g``.
+        ``keys`` are spin blocks as :func:`read_spin_blocks` names them
+        (``"g{i↑,a↓;i↑,a↓}"``, ``"f{a↓;a↓}"``); the blocks the MP2 and T1 guesses read
+        are built too, nothing else. Raises :class:`~sq_jax.InputError` for a key that
+        is not a spin block of ``f`` or ``g``.
         """
         keys = set(keys) | set(_MP2_BLOCKS) | {"f{a↑;i↑}", "f{a↓;i↓}"}
         parsed = {k: _parse_key(k) for k in sorted(keys)}
@@ -243,7 +228,7 @@ class SpinBlockBuilder:
             return [(x, z, y, w), *exchange]  # ⟨xy|zw⟩ = (xz|yw), ⟨xy|wz⟩ = (xw|yz)
 
         def canonical(slots: tuple) -> tuple[tuple, tuple[int, ...]]:
-            return min((tuple(slots[k] for k in perm), perm) for perm in _CHEM_SYMMETRIES)
+            return min((tuple(slots[k] for k in perm), perm) for perm in CHEM_SYMMETRIES)
 
         four = {k: s for k, (label, s) in parsed.items() if label == "g"}
         uses = Counter(canonical(c)[0] for s in four.values() for c in needs(s))

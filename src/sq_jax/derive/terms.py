@@ -28,20 +28,18 @@ OCC, VIR = "i", "a"
 class Idx:
     """An orbital index of a derived term.
 
-    Attributes:
-        space: ``"i"`` (occupied) or ``"a"`` (virtual).
-        external: whether the index is one of the projection's (not summed in the term).
-        number: its number; external ones are 1..n, dummies are numbered from n + 1
-            once the term is canonical (before, any distinct numbers).
-
     Example:
         >>> str(Idx("a", False, 3))
         'a_3'
     """
 
     space: str
+    """``"i"`` (occupied) or ``"a"`` (virtual)."""
     external: bool
+    """Whether the index is one of the projection's (not summed in the term)."""
     number: int
+    """External ones are 1..n; dummies are numbered from n + 1 once the term is
+    canonical (before, any distinct numbers)."""
 
     def __str__(self) -> str:
         return f"{self.space}_{self.number}"

@@ -142,45 +142,38 @@ def _pattern(
     t_idx: dict[tuple[int, str, int], Idx] = {}
     dummy = {VIR: itertools.count(rank + 1), OCC: itertools.count(rank + 1)}
 
-    # Virtual lines. Projector a_k sits at 2n-1-(k-1); it feeds H's virtual bra slots,
-    # then the T's bra slots not fed by H. H's virtual ket slots feed T bra slots 0..x_j-1.
-    p_targets = [("h", s) for s, sp in enumerate(h_bra) if sp == VIR]
-    p_targets += [("t", j, s) for j, m in enumerate(t_ranks) for s in range(xs[j], m)]
-    for k, target in enumerate(p_targets, start=1):
-        ext = Idx(VIR, True, k)
-        if target[0] == "h":
-            h_idx["bra", target[1]] = ext
-            right = h_pos("bra", target[1])
-        else:
-            t_idx[target[1], "bra", target[2]] = ext
-            right = t_pos(target[1], "bra", target[2])
-        pairs.append((2 * rank - k, right))
-    h_vir_ket = [s for s, sp in enumerate(h_ket) if sp == VIR]
-    t_from_h = [(j, s) for j in range(len(t_ranks)) for s in range(xs[j])]
-    for s, (j, ts) in zip(h_vir_ket, t_from_h, strict=True):
-        d = Idx(VIR, False, next(dummy[VIR]))
-        h_idx["ket", s] = t_idx[j, "bra", ts] = d
-        pairs.append((h_pos("ket", s), t_pos(j, "bra", ts)))
+    groups = {"bra": h_bra, "ket": h_ket}
 
-    # Occupied lines. Projector i_k† sits at k-1; it feeds H's occupied ket slots, then
-    # the T's ket slots not fed by H. H's occupied bra slots feed T ket slots 0..y_j-1.
-    p_targets = [("h", s) for s, sp in enumerate(h_ket) if sp == OCC]
-    p_targets += [("t", j, s) for j, m in enumerate(t_ranks) for s in range(ys[j], m)]
-    for k, target in enumerate(p_targets, start=1):
-        ext = Idx(OCC, True, k)
-        if target[0] == "h":
-            h_idx["ket", target[1]] = ext
-            right = h_pos("ket", target[1])
-        else:
-            t_idx[target[1], "ket", target[2]] = ext
-            right = t_pos(target[1], "ket", target[2])
-        pairs.append((k - 1, right))
-    h_occ_bra = [s for s, sp in enumerate(h_bra) if sp == OCC]
-    t_from_h = [(j, s) for j in range(len(t_ranks)) for s in range(ys[j])]
-    for s, (j, ts) in zip(h_occ_bra, t_from_h, strict=True):
-        d = Idx(OCC, False, next(dummy[OCC]))
-        h_idx["bra", s] = t_idx[j, "ket", ts] = d
-        pairs.append((h_pos("bra", s), t_pos(j, "ket", ts)))
+    def wire(space: str, h_ext: str, h_int: str, t_side: str, counts, proj_pos) -> None:
+        """Wire the lines of one space into ``pairs``, ``h_idx`` and ``t_idx``.
+
+        The projector feeds H's ``h_ext`` slots, then the T's ``t_side`` slots not fed
+        by H; H's ``h_int`` slots feed the T's first ``counts[j]`` ``t_side`` slots.
+        """
+        targets = [("h", s) for s, sp in enumerate(groups[h_ext]) if sp == space]
+        targets += [("t", j, s) for j, m in enumerate(t_ranks) for s in range(counts[j], m)]
+        for k, target in enumerate(targets, start=1):
+            ext = Idx(space, True, k)
+            if target[0] == "h":
+                h_idx[h_ext, target[1]] = ext
+                right = h_pos(h_ext, target[1])
+            else:
+                t_idx[target[1], t_side, target[2]] = ext
+                right = t_pos(target[1], t_side, target[2])
+            pairs.append((proj_pos(k), right))
+        h_slots = [s for s, sp in enumerate(groups[h_int]) if sp == space]
+        t_from_h = [(j, s) for j in range(len(t_ranks)) for s in range(counts[j])]
+        for s, (j, ts) in zip(h_slots, t_from_h, strict=True):
+            d = Idx(space, False, next(dummy[space]))
+            h_idx[h_int, s] = t_idx[j, t_side, ts] = d
+            pairs.append((h_pos(h_int, s), t_pos(j, t_side, ts)))
+
+    # Virtual lines: projector a_k sits at 2n-1-(k-1); it feeds H's virtual bra slots,
+    # then the T's bra slots not fed by H; H's virtual ket slots feed T bra slots 0..x_j-1.
+    wire(VIR, "bra", "ket", "bra", xs, lambda k: 2 * rank - k)
+    # Occupied lines: projector i_k† sits at k-1; it feeds H's occupied ket slots, then
+    # the T's ket slots not fed by H; H's occupied bra slots feed T ket slots 0..y_j-1.
+    wire(OCC, "ket", "bra", "ket", ys, lambda k: k - 1)
 
     sign = parity([p for pair in pairs for p in pair])
     ext_groups = [h_bra.count(VIR), h_ket.count(OCC)]
