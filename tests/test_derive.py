@@ -7,7 +7,7 @@
   sum of the raw per-pattern terms (before any canonicalisation), evaluated by the
   einsum reference.
 * CCSDT is exact for three electrons and CCSDTQ (derived on demand) for four: they equal
-  full CI (``pyscf.fci``) for H3/6-31G and H4/STO-3G on UHF orbitals to 1e-9 Eh.
+  full CI (``pyscf.fci``) for H3/6-31G, Li/6-31G and H4/STO-3G on UHF orbitals to 1e-9 Eh.
 * The drivers' deferred antisymmetrizer (``Â`` applied to the program's output) gives
   the residuals of the expanded text.
 """
@@ -163,8 +163,16 @@ def test_bad_ranks_are_refused():
         cc_equations("ccsd", ranks=(0,))
 
 
-def test_ccsdt_equals_fci_for_three_electrons():
-    mol = gto.M(atom="H 0 0 0; H 0 0 0.9; H 0 0.8 0.45", basis="6-31g", spin=1, verbose=0)
+@pytest.mark.parametrize(
+    "atom",
+    ["H 0 0 0; H 0 0 0.9; H 0 0.8 0.45", "Li 0 0 0"],
+    ids=["H3", "Li"],
+)
+def test_ccsdt_equals_fci_for_three_electrons(atom):
+    """Doublets in 6-31G on UHF orbitals; ``fci.FCI`` of a UHF object diagonalises the same
+    unrestricted Hamiltonian (``direct_uhf``) with the reference's (2, 1) electrons.
+    """
+    mol = gto.M(atom=atom, basis="6-31g", spin=1, verbose=0)
     mf = scf.UHF(mol).run(conv_tol=1e-12)
     e_fci = fci.FCI(mf).kernel()[0]
     run = cc.ccsdt(mf, e_tol=1e-12, t_tol=1e-10, max_iter=100)
