@@ -89,6 +89,14 @@ def test_nh3_sto3g_gradient_matches_pyscf(nh3):
     np.testing.assert_allclose(grad, mycc.nuc_grad_method().kernel(), rtol=0, atol=1e-7)
 
 
+def test_nh3_sto3g_spin_orbital_gradient_matches_pyscf(nh3):
+    mol, _ = nh3
+    energy = ccsd_energy_function(mol, closed_shell=False)
+    grad = jax.grad(energy)(energy.coords)
+    reference = pyscf_ccsd(mol).nuc_grad_method().kernel()
+    np.testing.assert_allclose(grad, reference, rtol=0, atol=1e-7)
+
+
 def finite_field_dipole(mol, axes, h=1e-3):
     """−dE/dF_k by the 4-point central difference (error O(h⁴))."""
     out = []
