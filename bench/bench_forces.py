@@ -2,7 +2,7 @@
 
 Run from the repository root (needs the ``forces`` extra, i.e. pyscfad):
 
-    .venv/bin/python bench/bench_forces.py                    # H2O/cc-pVDZ, 3 warm rounds
+    .venv/bin/python bench/bench_forces.py                    # H2O/cc-pVDZ, 5 warm rounds
     .venv/bin/python bench/bench_forces.py --basis 6-31g --reps 2 --out /tmp/forces
 
 Three ways to the same all-electron CCSD gradient, each from scratch (SCF, CC, gradient)
@@ -38,6 +38,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+# PySCF's OpenMP threads spin after each parallel region by default and then steal the
+# cores from whatever runs next in this process (XLA's threads: sq_jax, pyscfad); set
+# before PySCF loads its OpenMP runtime. Override from the environment to compare.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import jax
 import numpy as np
@@ -108,7 +113,7 @@ def pyscfad_gradient_fn(mol: Any) -> Callable[[], np.ndarray]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--basis", default="cc-pvdz")
-    parser.add_argument("--reps", type=int, default=3, help="warm rounds (medians)")
+    parser.add_argument("--reps", type=int, default=5, help="warm rounds (medians)")
     parser.add_argument("--out", default="bench/results/forces")
     parser.add_argument("--skip-pyscfad", action="store_true")
     args = parser.parse_args()
@@ -179,6 +184,7 @@ def main() -> None:
         "load_average_end": os.getloadavg(),
         "versions": _versions(),
         "pyscf_threads": lib.num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "convergence": CONV,
         "reps": args.reps,
         "first": first,
@@ -216,7 +222,8 @@ def _markdown(rec: dict, args: argparse.Namespace) -> str:
         f"start, {rec['load_average_end']} at end (shared machine: absolute seconds are "
         f"context, ratios within the run) · "
         + ", ".join(f"{k} {v}" for k, v in rec["versions"].items())
-        + f" · PySCF threads {rec['pyscf_threads']}.",
+        + f" · PySCF threads {rec['pyscf_threads']}, OMP_WAIT_POLICY "
+        f"{rec['omp_wait_policy']}.",
         "",
         f"Command: `.venv/bin/python bench/bench_forces.py --basis {args.basis} --reps "
         f"{args.reps} --out {args.out}` · wall {rec['wall_total_s']:.0f} s · convergence "

@@ -153,3 +153,12 @@ def test_refuses_jit_and_bad_shapes(h2o):
         energy(jnp.zeros((2, 3)))
     with pytest.raises(InputError, match=r"field must be"):
         energy(energy.coords, jnp.zeros(2))
+
+
+def test_refuses_unknown_method_and_options_before_any_work():
+    mol = gto.M(atom="H 0 0 0; H 0 0 0.74", basis="sto-3g", verbose=0)
+    with pytest.raises(InputError) as err:
+        ccsd_energy_function(mol, method="ccsdt", e_tool=1e-8)
+    assert "method='ccsdt'" in str(err.value) and "e_tool=: unknown" in str(err.value)
+    with pytest.raises(InputError, match="spin=2"):
+        ccsd_energy_function(gto.M(atom="O 0 0 0; O 0 0 1.2", spin=2, verbose=0))

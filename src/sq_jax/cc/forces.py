@@ -57,6 +57,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -319,6 +320,28 @@ class RelaxedEnergy:
         return ref.e_hf + self.cc(fock, eri)
 
 
+def _check_options(method: str, cc_options: dict[str, Any]) -> None:
+    """Refuse an unknown method or option before any SCF is run or anything compiled."""
+    accepted = [
+        p.name
+        for p in inspect.signature(ImplicitEnergy.__init__).parameters.values()
+        if p.kind is p.KEYWORD_ONLY
+    ]
+    problems = []
+    if method not in ("ccsd", "ccd"):
+        problems.append(f"method={method!r}: expected 'ccsd' or 'ccd'")
+    problems += [
+        f"{k}=: unknown; accepted: {', '.join(accepted)}" for k in cc_options if k not in accepted
+    ]
+    if problems:
+        raise InputError(
+            "ccsd_energy_function: invalid argument"
+            + ("s" if len(problems) > 1 else "")
+            + ":\n"
+            + "\n".join(f"  * {p}" for p in problems)
+        )
+
+
 def ccsd_energy_function(
     mol: Any,
     *,
@@ -347,7 +370,7 @@ def ccsd_energy_function(
 
     Raises:
         InputError: pyscfad is not installed, the molecule is open-shell, has fewer than
-            two electrons or ECPs, or an option is invalid.
+            two electrons or ECPs, or the method or an option is unknown or invalid.
 
     Example:
         See the module example. An open-shell molecule is refused:
@@ -360,6 +383,7 @@ def ccsd_energy_function(
           * spin=2: only closed-shell (RHF) references, spin=0
     """
     _check_molecule(mol)
+    _check_options(method, cc_options)
     _pyscfad()
     options = {"e_tol": 1e-12, "t_tol": 1e-10, **cc_options}
     coords = jnp.asarray(mol.atom_coords(), dtype=jnp.float64)
