@@ -3,7 +3,7 @@
 Run from the repository root (needs the ``forces`` extra, i.e. pyscfad):
 
     .venv/bin/python bench/bench_forces.py                    # H2O/cc-pVDZ, 5 warm rounds
-    .venv/bin/python bench/bench_forces.py --basis 6-31g --reps 2 --out /tmp/forces
+    .venv/bin/python bench/bench_forces.py --basis 6-31g --reps 2 --out bench/results/forces-631g
 
 Three ways to the same all-electron CCSD gradient, each from scratch (SCF, CC, gradient)
 at the H2O geometry of ``docs/benchmarks.md``:
@@ -24,7 +24,7 @@ First calls run once each (sq_jax, pyscfad, PySCF, in this order: pyscfad's firs
 finds pyscfad's own small jitted kernels compiled by sq_jax's); warm calls run round
 robin (the order reverses every round) and are reported as medians of wall and CPU
 seconds (CPU: this process, steadier on a shared machine). Gradients are checked against
-PySCF's (max |Δ|). Writes ``OUT.json`` and ``OUT.md``.
+PySCF's (max |Δ|). Writes ``--out`` with the suffixes .json and .md.
 """
 
 from __future__ import annotations
