@@ -38,7 +38,7 @@ def _quiet_pyscf():
     lib.num_threads(threads)
 
 
-def pyscf_ccsd(mol, field=None):
+def pyscf_ccsd(mol, field=None, frozen=None):
     """Tightly converged PySCF RHF + CCSD, in a uniform field (h += F·r) if given."""
     mf = scf.RHF(mol)
     mf.conv_tol = 1e-13
@@ -46,7 +46,7 @@ def pyscf_ccsd(mol, field=None):
         h = mf.get_hcore() + np.einsum("x,xij->ij", field, mol.intor("int1e_r", comp=3))
         mf.get_hcore = lambda *args: h
     mf.kernel()
-    mycc = cc.CCSD(mf)
+    mycc = cc.CCSD(mf, frozen=frozen)
     mycc.conv_tol, mycc.conv_tol_normt = 1e-13, 1e-11
     mycc.incore_complete = True  # DIIS in memory: no temporary file
     mycc.kernel()
@@ -95,6 +95,15 @@ def test_nh3_sto3g_spin_orbital_gradient_matches_pyscf(nh3):
     grad = jax.grad(energy)(energy.coords)
     reference = pyscf_ccsd(mol).nuc_grad_method().kernel()
     np.testing.assert_allclose(grad, reference, rtol=0, atol=1e-7)
+
+
+def test_nh3_sto3g_frozen_core_gradient_matches_pyscf(nh3):
+    mol, _ = nh3
+    energy = ccsd_energy_function(mol, frozen=1)  # N 1s uncorrelated, still relaxed
+    e, grad = jax.value_and_grad(energy)(energy.coords)
+    mycc = pyscf_ccsd(mol, frozen=1)
+    assert abs(float(e) - mycc.e_tot) < 1e-9
+    np.testing.assert_allclose(grad, mycc.nuc_grad_method().kernel(), rtol=0, atol=1e-7)
 
 
 def finite_field_dipole(mol, axes, h=1e-3):
@@ -158,7 +167,9 @@ def test_refuses_jit_and_bad_shapes(h2o):
 def test_refuses_unknown_method_and_options_before_any_work():
     mol = gto.M(atom="H 0 0 0; H 0 0 0.74", basis="sto-3g", verbose=0)
     with pytest.raises(InputError) as err:
-        ccsd_energy_function(mol, method="ccsdt", e_tool=1e-8)
-    assert "method='ccsdt'" in str(err.value) and "e_tool=: unknown" in str(err.value)
+        ccsd_energy_function(mol, method="ccsdt", frozen=1, e_tool=1e-8)
+    message = str(err.value)
+    assert "method='ccsdt'" in message and "e_tool=: unknown" in message
+    assert "frozen=1: expected" in message  # H2 has one occupied orbital: none to freeze
     with pytest.raises(InputError, match="spin=2"):
         ccsd_energy_function(gto.M(atom="O 0 0 0; O 0 0 1.2", spin=2, verbose=0))

@@ -30,8 +30,8 @@ Known limitations: reverse mode only (``jax.grad``, ``jax.value_and_grad``,
 ``jax.vjp``): pyscfad's implicit SCF derivative is a ``custom_vjp``, so ``jax.jvp`` and
 ``jax.jacfwd`` fail, and its SCF runs eagerly (Python loops over concrete values), so the
 energy cannot be ``jax.jit``-ed or ``jax.vmap``-ed; closed-shell RHF references, all
-electrons correlated, no ECPs, no density fitting (ImplicitEnergy needs the full g); first
-derivatives only.
+electrons correlated or a frozen core (``frozen=<count>``), no ECPs, no density fitting
+(ImplicitEnergy needs the full g); first derivatives only.
 
 References:
     X. Zhang and G. K.-L. Chan, J. Chem. Phys. 157, 204801 (2022) — differentiable
@@ -197,6 +197,20 @@ class _Reference:
     nocc: int
 
 
+def _cc_inputs(ref: _Reference, *, frozen: int, closed_shell: bool) -> tuple[Any, Any, int]:
+    """The CC equations' (f, g, nocc): the active block, spin-orbital if asked (traceable).
+
+    The frozen orbitals stay in the reference (their Coulomb and exchange fields are in
+    F, their energy in E_HF); only the correlation treatment leaves them out.
+    """
+    act = slice(frozen, None)
+    fock, eri, nocc = ref.fock[act, act], ref.eri[act, act, act, act], ref.nocc - frozen
+    if closed_shell:
+        return fock, eri, nocc
+    fock, eri = _spin_orbital(fock, eri)
+    return fock, eri, 2 * nocc
+
+
 @contextlib.contextmanager
 def _pyscfad_config() -> Iterator[None]:
     """The pyscfad settings of the relaxed energy, restored afterwards.
@@ -267,18 +281,20 @@ class RelaxedEnergy:
     Attributes:
         method: ``"ccsd"`` or ``"ccd"``.
         closed_shell: spin-adapted (True) or spin-orbital (False) CC equations.
+        frozen: the number of lowest (core) orbitals left uncorrelated.
         coords: the molecule's coordinates (Bohr) at construction, shape (natm, 3).
         cc: the :class:`~sq_jax.cc.implicit.ImplicitEnergy` of the correlation energy.
         conv_tol: the SCF energy convergence threshold.
     """
 
     def __init__(
-        self, mol: Any, cc: ImplicitEnergy, *, closed_shell: bool, conv_tol: float
+        self, mol: Any, cc: ImplicitEnergy, *, closed_shell: bool, frozen: int, conv_tol: float
     ) -> None:
         self._mol = mol
         self.cc = cc
         self.method: str = cc.method
         self.closed_shell = bool(closed_shell)
+        self.frozen = int(frozen)
         self.coords: jax.Array = jnp.asarray(mol.atom_coords(), dtype=jnp.float64)
         self.conv_tol = float(conv_tol)
 
@@ -314,13 +330,11 @@ class RelaxedEnergy:
             ConvergenceError: the CC forward or adjoint solve did not converge.
         """
         ref = rhf_reference(self._mol, *self._check(coords, field), conv_tol=self.conv_tol)
-        fock, eri = ref.fock, ref.eri
-        if not self.closed_shell:
-            fock, eri = _spin_orbital(fock, eri)
+        fock, eri, _ = _cc_inputs(ref, frozen=self.frozen, closed_shell=self.closed_shell)
         return ref.e_hf + self.cc(fock, eri)
 
 
-def _check_options(method: str, cc_options: dict[str, Any]) -> None:
+def _check_options(mol: Any, method: str, frozen: Any, cc_options: dict[str, Any]) -> None:
     """Refuse an unknown method or option before any SCF is run or anything compiled."""
     accepted = [
         p.name
@@ -330,6 +344,12 @@ def _check_options(method: str, cc_options: dict[str, Any]) -> None:
     problems = []
     if method not in ("ccsd", "ccd"):
         problems.append(f"method={method!r}: expected 'ccsd' or 'ccd'")
+    pairs = mol.nelectron // 2
+    if not (isinstance(frozen, int | np.integer) and 0 <= frozen < pairs):
+        problems.append(
+            f"frozen={frozen!r}: expected the number of lowest orbitals to leave "
+            f"uncorrelated, a whole number from 0 to {pairs - 1} ({pairs} occupied)"
+        )
     problems += [
         f"{k}=: unknown; accepted: {', '.join(accepted)}" for k in cc_options if k not in accepted
     ]
@@ -347,6 +367,7 @@ def ccsd_energy_function(
     *,
     method: str = "ccsd",
     closed_shell: bool = True,
+    frozen: int = 0,
     conv_tol: float = 1e-12,
     **cc_options: Any,
 ) -> RelaxedEnergy:
@@ -360,6 +381,8 @@ def ccsd_energy_function(
             atom order are kept, its coordinates are the default point.
         method: ``"ccsd"`` or ``"ccd"``.
         closed_shell: the spin-adapted equations (default) or the spin-orbital ones.
+        frozen: the number of lowest (core) orbitals left uncorrelated, as PySCF's
+            ``frozen=<int>``; their response to the nuclei is still included.
         conv_tol: the RHF energy convergence threshold (tight: derivatives of the
             implicit SCF solve assume it converged).
         **cc_options: options of :func:`~sq_jax.cc.implicit.implicit_energy` (``e_tol``,
@@ -383,36 +406,26 @@ def ccsd_energy_function(
           * spin=2: only closed-shell (RHF) references, spin=0
     """
     _check_molecule(mol)
-    _check_options(method, cc_options)
+    _check_options(mol, method, frozen, cc_options)
     _pyscfad()
     options = {"e_tol": 1e-12, "t_tol": 1e-10, **cc_options}
     coords = jnp.asarray(mol.atom_coords(), dtype=jnp.float64)
     ref = rhf_reference(mol, coords, conv_tol=conv_tol)
-    fock, eri = np.asarray(ref.fock), np.asarray(ref.eri)
-    spatial = SpatialIntegrals(
+    fock, eri, nocc = _cc_inputs(ref, frozen=frozen, closed_shell=closed_shell)
+    fock, eri = np.asarray(fock), np.asarray(eri)
+    kind = SpatialIntegrals if closed_shell else SpinOrbitalIntegrals
+    ints = kind(
         fock=fock,
         eri=eri,
         mo_energies=np.diag(fock).copy(),
-        nocc=ref.nocc,
-        nvirt=fock.shape[0] - ref.nocc,
+        nocc=nocc,
+        nvirt=fock.shape[0] - nocc,
         e_hf=float(ref.e_hf),
     )
-    ints: SpatialIntegrals | SpinOrbitalIntegrals = spatial
-    if not closed_shell:
-        f_so, g_so = (np.asarray(a) for a in _spin_orbital(jnp.asarray(fock), jnp.asarray(eri)))
-        ints = SpinOrbitalIntegrals(
-            fock=f_so,
-            eri=g_so,
-            mo_energies=np.diag(f_so).copy(),
-            nocc=2 * ref.nocc,
-            nvirt=2 * (fock.shape[0] - ref.nocc),
-            e_hf=float(ref.e_hf),
-        )
     solve_options = {k: options[k] for k in ("e_tol", "t_tol", "max_iter") if k in options}
     run = solve_cc(ints, method=method, closed_shell=closed_shell, **solve_options)
-    return RelaxedEnergy(
-        mol, implicit_energy(run, **options), closed_shell=closed_shell, conv_tol=conv_tol
-    )
+    energy = implicit_energy(run, **options)
+    return RelaxedEnergy(mol, energy, closed_shell=closed_shell, frozen=frozen, conv_tol=conv_tol)
 
 
 def relaxed_dipole(energy: RelaxedEnergy, coords: Any = None) -> jax.Array:
