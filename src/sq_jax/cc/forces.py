@@ -40,7 +40,7 @@ References:
     the Lagrangian approach to CC energy derivatives.
 
 Example:
-    >>> import jax, numpy as np
+    >>> import jax
     >>> from pyscf import gto
     >>> from sq_jax.cc.forces import ccsd_energy_function
     >>> mol = gto.M(atom="H 0 0 0; H 0 0 0.74", basis="sto-3g", verbose=0)
