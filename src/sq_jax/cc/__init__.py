@@ -15,8 +15,13 @@ from .drivers import solve_cc as solve_cc
 from .eom import EOMResult as EOMResult
 from .eom import eom_ee as eom_ee
 from .eom import excitation_energy_derivative as excitation_energy_derivative
+from .forces import RelaxedEnergy as RelaxedEnergy
+from .forces import ccsd_energy_function as ccsd_energy_function
+from .forces import relaxed_dipole as relaxed_dipole
 from .forecast import DryRunReport as DryRunReport
 from .forecast import dry_run as dry_run
+from .geomopt import GeometryResult as GeometryResult
+from .geomopt import optimize_geometry as optimize_geometry
 from .implicit import ImplicitEnergy as ImplicitEnergy
 from .implicit import converged_energy as converged_energy
 from .implicit import implicit_energy as implicit_energy
