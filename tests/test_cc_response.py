@@ -167,3 +167,28 @@ def test_bad_input_is_refused(h2o_sto3g):
         cc.solve_lambda(object())
     with pytest.raises(InputError, match="guesses has shape"):
         davidson(lambda v: v, np.ones(4), 2, guesses=np.ones((3, 2)))
+
+
+def test_unrestricted_lambda_and_rdm1_equal_pyscf_uccsd():
+    """UHF OH radical/6-31G on the spin-orbital route: λ1 and the α and β 1-RDMs equal
+    PySCF's UCCSD ``solve_lambda`` / ``make_rdm1`` (same UHF orbitals) to 1e-8."""
+    mf = scf.UHF(gto.M(atom="O 0 0 0; H 0 0 0.97", basis="6-31g", spin=1, verbose=0))
+    mf.conv_tol = 1e-12
+    mf.run()
+    run = cc.ccsd(mf, equations="ccsd_so", **TIGHT)
+    ref = pyscf_cc.UCCSD(mf)
+    ref.conv_tol, ref.conv_tol_normt = 1e-12, 1e-10
+    ref.kernel()
+    assert abs(run.e_corr - ref.e_corr) < 1e-9
+    (l1a, l1b), l2 = ref.solve_lambda()
+    lam = cc.solve_lambda(run)
+    oa, ob, va, vb = (np.asarray(p, dtype=int) for p in run.spin_positions)
+    lam1 = np.asarray(lam["t{a;i}"])
+    assert np.abs(lam1[np.ix_(va, oa)] - l1a.T).max() < 1e-8
+    assert np.abs(lam1[np.ix_(vb, ob)] - l1b.T).max() < 1e-8
+    d = cc.rdm1(run, lam)
+    d = 0.5 * (d + d.T)
+    dma, dmb = ref.make_rdm1(l1=(l1a, l1b), l2=l2)
+    for occ, vir, want in ((oa, va, dma), (ob, vb, dmb)):
+        orbitals = np.concatenate([occ, run.nocc + vir])  # PySCF's MO order of one spin
+        assert np.abs(d[np.ix_(orbitals, orbitals)] - want).max() < 1e-8
