@@ -12,7 +12,7 @@ Two kinds of checks:
   Python warning may be printed, and the executed notebook must again produce an
   ``image/png``.
 
-Executing all four takes about 1.5-2 minutes on two cores (most of it XLA compilation), so
+Executing all five takes about 2.5-3 minutes on two cores (most of it XLA compilation), so
 those tests are marked ``slow``. To refresh the committed outputs after editing a notebook:
 
     python tests/test_notebooks.py --inplace notebooks/*.ipynb && ruff format notebooks
@@ -38,7 +38,13 @@ os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
-EXPECTED = ("01_quickstart", "02_ccsd_pyscf", "03_derivatives", "04_new_method")
+EXPECTED = (
+    "01_quickstart",
+    "02_ccsd_pyscf",
+    "03_derivatives",
+    "04_new_method",
+    "05_any_cc_model",
+)
 CELL_TIMEOUT_S = 300
 _PYTHON_WARNING = re.compile(r"\b\w*Warning: ")
 

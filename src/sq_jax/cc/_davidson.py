@@ -75,9 +75,18 @@ def _orthonormal_add(space: np.ndarray, vectors: list[np.ndarray]) -> np.ndarray
 
 
 def _lowest(h: np.ndarray, nroots: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``nroots`` eigenpairs of H of lowest real part, as real vectors.
+
+    A degenerate root of a non-symmetric matrix can come out of ``eig`` as a complex pair
+    λ, λ̄ (split by rounding); the real parts of v and v̄ coincide, so the second of the
+    pair takes Im v instead: Re v and Im v span the same real invariant subspace, and the
+    cluster keeps as many independent vectors as it has members.
+    """
     values, vectors = np.linalg.eig(h)
     order = np.argsort(values.real, kind="stable")[:nroots]
-    return values.real[order], vectors[:, order].real
+    chosen = vectors[:, order]
+    real = np.where(values[order].imag < 0, chosen.imag, chosen.real)
+    return values.real[order], real
 
 
 def davidson(
