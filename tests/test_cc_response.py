@@ -175,14 +175,18 @@ def test_unrestricted_lambda_and_rdm1_equal_pyscf_uccsd():
     mf = scf.UHF(gto.M(atom="O 0 0 0; H 0 0 0.97", basis="6-31g", spin=1, verbose=0))
     mf.conv_tol = 1e-12
     mf.run()
-    run = cc.ccsd(mf, equations="ccsd_so", **TIGHT)
+    with pytest.raises(InputError, match="spin_orbital_integrals"):
+        cc.solve_lambda(cc.ccsd(mf, equations="ccsd_so", **TIGHT))  # a block-built run
+    run = cc.ccsd(spin_orbital_integrals(mf), **TIGHT)  # occupied α, β, then virtual α, β
     ref = pyscf_cc.UCCSD(mf)
     ref.conv_tol, ref.conv_tol_normt = 1e-12, 1e-10
     ref.kernel()
     assert abs(run.e_corr - ref.e_corr) < 1e-9
     (l1a, l1b), l2 = ref.solve_lambda()
     lam = cc.solve_lambda(run)
-    oa, ob, va, vb = (np.asarray(p, dtype=int) for p in run.spin_positions)
+    (noa, nob), nmo = mf.nelec, mf.mo_coeff[0].shape[1]
+    oa, ob = np.arange(noa), noa + np.arange(nob)
+    va, vb = np.arange(nmo - noa), nmo - noa + np.arange(nmo - nob)
     lam1 = np.asarray(lam["t{a;i}"])
     assert np.abs(lam1[np.ix_(va, oa)] - l1a.T).max() < 1e-8
     assert np.abs(lam1[np.ix_(vb, ob)] - l1b.T).max() < 1e-8

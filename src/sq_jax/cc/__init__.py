@@ -25,6 +25,8 @@ from .geomopt import optimize_geometry as optimize_geometry
 from .implicit import ImplicitEnergy as ImplicitEnergy
 from .implicit import converged_energy as converged_energy
 from .implicit import implicit_energy as implicit_energy
+from .integrals import spatial_integrals as spatial_integrals
+from .integrals import spin_orbital_integrals as spin_orbital_integrals
 from .lambda_ import rdm1 as rdm1
 from .lambda_ import solve_lambda as solve_lambda
 from .sequant_files import load_sequant_system as load_sequant_system

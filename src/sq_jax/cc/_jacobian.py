@@ -63,6 +63,14 @@ def check_run(run: Any, what: str) -> None:
             f"{what}: the run carries no integrals (`run.integrals` is empty); rerun it "
             "with `sq_jax.cc.solve_cc`, which keeps them."
         )
+    if not {"f", "g"} <= set(run.integrals):
+        blocks = sorted(run.integrals)[:4]
+        raise InputError(
+            f"{what} needs the run's full Fock matrix and ⟨pq‖rs⟩ (`f`, `g`); this run "
+            f"read integral blocks ({', '.join(blocks)}, ...), as runs on a PySCF object "
+            "do. Run CC on full integrals instead: "
+            "`cc.ccsd(cc.spin_orbital_integrals(mf))` (spin orbitals; RHF, UHF or ROHF)."
+        )
     beyond = sorted(set(run.result.amplitudes) - set(_RESIDUAL_OF.values()))
     if beyond or getattr(run, "antisymmetrized_after", None):
         raise InputError(
