@@ -192,20 +192,26 @@ def md_setup(r: dict) -> list[str]:
 
 def md_triples(r: dict) -> list[str]:
     u, b, t = r["unbatched"], r["batched"], r["times"]
+    ran = u["ran"]
+    unb_time = f"{t['sq_jax_unbatched']['median_s']:.4f}" if ran else "not run"
+    unb_ratio = f"{r['ratio_unbatched']:.2f}" if ran else "–"
+    unb_mem = size(u["xla_bytes"]) if ran else f"{size(u['predicted_bytes'])} predicted"
     return [
         "| system | o, v | PySCF ccsd_t s | sq_jax (T) s unbatched / batched | ×PySCF "
-        "(target ≤ 1.0) | XLA temp+out unbatched / batched (budget, ÷ budget) | "
-        "predicted batched | loops | FLOPs unb. / batched | abs ΔE(T) (Eh) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "(target ≤ 1.0) | XLA temp+out unbatched / batched (budget = unb. ÷ k, ÷ budget) | "
+        "predicted batched | peak RSS | loops | FLOPs unb. / batched | abs ΔE(T) (Eh) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         f"| {r['system']} | {r['o']}, {r['v']} | {t['pyscf']['median_s']:.4f} | "
-        f"{t['sq_jax_unbatched']['median_s']:.4f} / {t['sq_jax_batched']['median_s']:.4f} | "
-        f"{r['ratio_unbatched']:.2f} / {r['ratio_batched']:.2f} | "
-        f"{size(u['xla_bytes'])} / {size(b['xla_bytes'])} ({size(b['budget_bytes'])}, "
-        f"{r['batched_xla_over_budget']:.2f}) | {size(b['predicted_bytes'])} | {b['loops']} | "
+        f"{unb_time} / {t['sq_jax_batched']['median_s']:.4f} | "
+        f"{unb_ratio} / {r['ratio_batched']:.2f} | "
+        f"{unb_mem} / {size(b['xla_bytes'])} ({size(b['budget_bytes'])}, k = "
+        f"{b['budget_fraction']:.0f}; {r['batched_xla_over_budget']:.2f}) | "
+        f"{size(b['predicted_bytes'])} | {size(r['peak_rss_bytes'])} | {b['loops']} | "
         f"{u['flops']:.3e} / {b['flops']:.3e} | {r['abs_de_t']:.1e} |",
         "",
-        f"Batched plan: {b['plan']}. Compile + first call: unbatched "
-        f"{u['compile_and_first_call_s']:.1f} s, batched {b['compile_and_first_call_s']:.1f} s.",
+        f"Batched plan: {b['plan']}. Compile + first call: "
+        + (f"unbatched {u['compile_and_first_call_s']:.1f} s, " if ran else "")
+        + f"batched {b['compile_and_first_call_s']:.1f} s.",
     ]
 
 

@@ -63,6 +63,13 @@ def check_run(run: Any, what: str) -> None:
             f"{what}: the run carries no integrals (`run.integrals` is empty); rerun it "
             "with `sq_jax.cc.solve_cc`, which keeps them."
         )
+    beyond = sorted(set(run.result.amplitudes) - set(_RESIDUAL_OF.values()))
+    if beyond or getattr(run, "antisymmetrized_after", None):
+        raise InputError(
+            f"{what} takes CCD and CCSD runs (T1, T2); this {run.method!r} run also has "
+            f"amplitudes {beyond}. Λ, densities and EOM of higher-rank models are not "
+            "implemented yet; run method='ccsd' for them."
+        )
     if not {"f", "g"} <= set(run.integrals):
         blocks = sorted(run.integrals)[:4]
         raise InputError(
@@ -70,13 +77,6 @@ def check_run(run: Any, what: str) -> None:
             f"read integral blocks ({', '.join(blocks)}, ...), as runs on a PySCF object "
             "do. Run CC on full integrals instead: "
             "`cc.ccsd(cc.spin_orbital_integrals(mf))` (spin orbitals; RHF, UHF or ROHF)."
-        )
-    beyond = sorted(set(run.result.amplitudes) - set(_RESIDUAL_OF.values()))
-    if beyond or getattr(run, "antisymmetrized_after", None):
-        raise InputError(
-            f"{what} takes CCD and CCSD runs (T1, T2); this {run.method!r} run also has "
-            f"amplitudes {beyond}. Λ, densities and EOM of higher-rank models are not "
-            "implemented yet; run method='ccsd' for them."
         )
 
 
