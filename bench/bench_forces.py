@@ -62,14 +62,20 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
     return out, time.perf_counter() - w, time.process_time() - c
 
 
-def pyscf_gradient(mol: Any) -> np.ndarray:
-    mf = scf.RHF(mol)
+def converged_ccsd(rhf: Callable, ccsd: Callable, mol: Any) -> Any:
+    """RHF then CCSD on ``mol`` with the classes given (PySCF's or pyscfad's), converged
+    to the tolerances of ``CONV``."""
+    mf = rhf(mol)
     mf.conv_tol = CONV["scf"]
     mf.kernel()
-    mycc = cc.CCSD(mf)
+    mycc = ccsd(mf)
     mycc.conv_tol, mycc.conv_tol_normt = CONV["cc"], CONV["normt"]
     mycc.kernel()
-    return np.asarray(mycc.nuc_grad_method().kernel())
+    return mycc
+
+
+def pyscf_gradient(mol: Any) -> np.ndarray:
+    return np.asarray(converged_ccsd(scf.RHF, cc.CCSD, mol).nuc_grad_method().kernel())
 
 
 def pyscf_one_thread(mol: Any) -> np.ndarray:
@@ -92,13 +98,7 @@ def pyscfad_gradient_fn(mol: Any) -> Callable[[], np.ndarray]:
     admol.build(trace_exp=False, trace_ctr_coeff=False)
 
     def energy(m: Any) -> Any:
-        mf = hf.RHF(m)
-        mf.conv_tol = CONV["scf"]
-        mf.kernel()
-        mycc = rccsd.RCCSD(mf)
-        mycc.conv_tol, mycc.conv_tol_normt = CONV["cc"], CONV["normt"]
-        mycc.kernel()
-        return mycc.e_tot
+        return converged_ccsd(hf.RHF, rccsd.RCCSD, m).e_tot
 
     def gradient() -> np.ndarray:
         with (

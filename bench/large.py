@@ -109,19 +109,26 @@ def sq_iteration(mf: Any, *, df: bool, budget: Any = None) -> dict[str, Any]:
     }
 
 
-def pyscf_closed_shell(mf: Any, amps: dict[str, np.ndarray]) -> dict[str, Any]:
-    """PySCF's ``cc.CCSD(mf)`` (``dfccsd.RCCSD`` for a density-fitted ``mf``, else
-    ``ccsd.CCSD``): its own ``ao2mo``, one ``update_amps`` and the energy at ``amps``."""
-    from pyscf import cc, lib
+def pyscf_ao2mo(mycc: Any) -> tuple[Any, Any, float, float]:
+    """``mycc`` quiet, with room for its blocks, and its ``ao2mo()``: (mycc, eris, start
+    and end times of ``ao2mo``)."""
+    from pyscf import lib
 
-    mycc = cc.CCSD(mf)
     mycc.verbose = 0
     # PySCF sizes its blocks by max_memory minus what the process holds already (sq_jax's
     # arrays and XLA's heap when it runs second): give it its default on top of that.
     mycc.max_memory = lib.current_memory()[0] + mycc.max_memory
     t0 = time.perf_counter()
     eris = mycc.ao2mo()
-    t1 = time.perf_counter()
+    return mycc, eris, t0, time.perf_counter()
+
+
+def pyscf_closed_shell(mf: Any, amps: dict[str, np.ndarray]) -> dict[str, Any]:
+    """PySCF's ``cc.CCSD(mf)`` (``dfccsd.RCCSD`` for a density-fitted ``mf``, else
+    ``ccsd.CCSD``): its own ``ao2mo``, one ``update_amps`` and the energy at ``amps``."""
+    from pyscf import cc
+
+    mycc, eris, t0, t1 = pyscf_ao2mo(cc.CCSD(mf))
     t1_, t2_ = amps[T1].T.copy(), amps[T2].transpose(2, 3, 0, 1).copy()
     new = mycc.update_amps(t1_, t2_, eris)
     t2 = time.perf_counter()

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from _timing import SQ_XLA, log
-from large import timed_pair
+from large import pyscf_ao2mo, timed_pair
 
 import sq_jax as sq
 from sq_jax.cc.equations import load_equations
@@ -82,14 +82,9 @@ def sq_uhf_iteration(mf: Any) -> dict[str, Any]:
 def pyscf_uccsd(mf: Any, amps: dict[str, np.ndarray]) -> dict[str, Any]:
     """PySCF's ``cc.UCCSD(mf)``: its own ``ao2mo``, one ``update_amps`` and the energy at
     ``amps`` (converted to its layouts t1[i, a], t2[i, j, a, b])."""
-    from pyscf import cc, lib
+    from pyscf import cc
 
-    mycc = cc.UCCSD(mf)
-    mycc.verbose = 0
-    mycc.max_memory = lib.current_memory()[0] + mycc.max_memory
-    t0 = time.perf_counter()
-    eris = mycc.ao2mo()
-    t1 = time.perf_counter()
+    mycc, eris, t0, t1 = pyscf_ao2mo(cc.UCCSD(mf))
     a1, b1, aa, ab, bb = (amps[k] for k in AMPLITUDES)
     t1_ = (a1.T.copy(), b1.T.copy())
     t2_ = tuple(x.transpose(2, 3, 0, 1).copy() for x in (aa, ab, bb))

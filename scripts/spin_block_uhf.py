@@ -26,6 +26,8 @@ import sys
 from collections import defaultdict
 from fractions import Fraction
 
+from spin_trace_cs import sort_key  # the closed-shell script's term order, shared
+
 import sq_jax as sq
 from sq_jax.cc.equations import load_equations
 
@@ -200,14 +202,6 @@ def write_terms(items, prefix=""):
         else:
             out += (" - " if coef < 0 else " + ") + text
     return out
-
-
-def sort_key(item):
-    _coef, factors = item
-    nt1 = sum(1 for lab, ix in factors if lab == "t" and len(ix) == 2)
-    nt2 = sum(1 for lab, ix in factors if lab == "t" and len(ix) == 4)
-    has_f = any(lab == "f" for lab, _ in factors)
-    return (nt1 + nt2, nt2 == 0, not has_f, nt2, str(factors))
 
 
 # Residual name, external spins, and the left-hand side's indices.
