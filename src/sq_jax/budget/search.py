@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
@@ -270,9 +269,6 @@ def plan_for_budget(
     best: SearchPoint | None = None
     floor: tuple[SearchPoint, ScheduledForest] | None = None  # the smallest peak seen
     scheduled: dict[Configuration, ScheduledForest] = {}
-    # the smallest peak of each role choice as first searched (no hoisting): a lower
-    # bound for its hoisted variants, which hold more values whole
-    lowest: dict[tuple, int] = defaultdict(int)
     # External loops open at the reads of a permuted sum's values first (Y built once
     # per batch), one loop per batched result index, nothing hoisted. With `extended`,
     # the variants of EXTENDED_PHASES follow, each searched only when nothing found so
@@ -299,8 +295,6 @@ def plan_for_budget(
         for cfg in phase:
             if best is not None and best.flops == f0 and cfg.flags > level:
                 continue  # nothing at a higher level can win the tie-break
-            if cfg.hoist != "none" and cfg.modes == "all" and lowest[cfg.roles] > limit:
-                continue  # hoisting only adds memory to a configuration that cannot fit
             level = cfg.flags
             try:  # the structure does not depend on the counts: schedule with 2 each
                 sf = schedule_forest(forest, cfg.plan([2] * len(cfg.spaces)))
@@ -313,8 +307,6 @@ def plan_for_budget(
                 (model.peak([b for _, b in combo]), tuple(n for n, _ in combo))
                 for combo in itertools.product(*lad)
             )
-            if cfg.modes == "all" and cfg.hoist == "none" and cfg.site == "root":
-                lowest[cfg.roles] = low
             if best is None and (
                 floor is None or (low, cfg.rank) < (floor[0].peak, floor[0].config.rank)
             ):  # only needed for the error message
