@@ -264,7 +264,16 @@ class SpinBlockBuilder:
 
 
 def refuse_spin_blocked(run: Any, what: str) -> None:
-    """Refuse a run of the spin-blocked unrestricted equations (``*_uhf``), with the fix."""
+    """Refuse a run of the spin-blocked unrestricted equations (``*_uhf``), with the fix.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> try:
+        ...     refuse_spin_blocked(SimpleNamespace(equations="ccsd_uhf"), "solve_lambda")
+        ... except InputError as err:
+        ...     print(str(err).split("Rerun ")[1])
+        the UHF/ROHF reference with `equations='ccsd_so'`.
+    """
     name = str(getattr(run, "equations", ""))
     if name.endswith("_uhf"):
         spin_orbital = name.replace("_uhf", "_so")
