@@ -53,6 +53,14 @@ def _batched(run, fraction=4):
     return ccsd_t(run, program=program)
 
 
+def _orbits(run, fraction=4):
+    """(T) over orbits of occupied blocks, under 1/fraction of the unbatched memory."""
+    budget = triples_program(run).memory_bytes // fraction
+    orbits = cc.triples_orbits(run, memory_budget=budget)
+    assert orbits.block < run.nocc and orbits.memory_bytes <= budget
+    return ccsd_t(run, program=orbits)
+
+
 @pytest.fixture(scope="module")
 def rhf_run():
     mf = _scf(scf.RHF, H2O)
@@ -70,6 +78,7 @@ def test_rhf_triples_equals_pyscf_unbatched_and_batched(rhf_run):
     assert run.e_t == e_t
     assert abs(e_t - reference) < 1e-9
     assert abs(_batched(run) - reference) < 1e-9
+    assert abs(_orbits(run) - reference) < 1e-9
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +93,9 @@ def shipped_run():
 def test_rhf_triples_equals_dense_oracle(shipped_run):
     run, oracle = shipped_run
     assert abs(run.ccsd_t(batch={"a": 2, "i": 2}) - oracle) < 1e-11
+    assert abs(run.ccsd_t(block=2) - oracle) < 1e-11  # orbit loops, the last block padded
+    with pytest.raises(sq.PlanError, match="at most one of batch=, memory_budget= and block="):
+        run.ccsd_t(batch={"i": 2}, block=2)
 
 
 def test_uhf_triples_equals_pyscf_uccsd_t(tmp_path):
@@ -97,6 +109,7 @@ def test_uhf_triples_equals_pyscf_uccsd_t(tmp_path):
     reference = pyscf_uccsd_t.kernel(mycc, mycc.ao2mo(), t1, t2, verbose=0)
     assert abs(run.ccsd_t() - reference) < 1e-9
     assert abs(_batched(run, fraction=3) - reference) < 1e-9
+    assert abs(_orbits(run, fraction=3) - reference) < 1e-9
 
 
 def test_triples_refuses_ccd_and_non_canonical_orbitals():

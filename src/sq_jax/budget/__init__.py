@@ -81,6 +81,7 @@ Example:
 
 from .explain import required_bytes as required_bytes
 from .model import XLA_HEADROOM as XLA_HEADROOM
+from .search import default_step_cost as default_step_cost
 from .search import plan_for_budget as plan_for_budget
 from .verify import fit_to_budget as fit_to_budget
 from .verify import xla_bytes as xla_bytes

@@ -31,4 +31,6 @@ from .lambda_ import rdm1 as rdm1
 from .lambda_ import solve_lambda as solve_lambda
 from .sequant_files import load_sequant_system as load_sequant_system
 from .triples import ccsd_t as ccsd_t
+from .triples import triples_inputs as triples_inputs
+from .triples import triples_orbits as triples_orbits
 from .triples import triples_program as triples_program

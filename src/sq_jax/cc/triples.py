@@ -31,18 +31,19 @@ from typing import TYPE_CHECKING, Any
 import jax.numpy as jnp
 import numpy as np
 
-from .._errors import InputError
+from .._errors import InputError, PlanError
 from .._pipeline import compile as compile_program
 from ..forest.denominators import energy_key
 from ..forest.inputs import input_specs
 from ..lower.program import Program
 from .blocks import read_blocks
 from .equations import load_equations
+from .triples_orbits import TriplesOrbits, orbit_loops
 
 if TYPE_CHECKING:
     from .run import CCRun
 
-__all__ = ["CANONICAL_TOL", "ccsd_t", "triples_inputs", "triples_program"]
+__all__ = ["CANONICAL_TOL", "ccsd_t", "triples_inputs", "triples_orbits", "triples_program"]
 
 CANONICAL_TOL = 1e-5
 """Largest off-diagonal |F_pq| allowed within the occupied or the virtual block (Eh)."""
@@ -81,6 +82,30 @@ def triples_program(
     )
 
 
+def triples_orbits(
+    run: CCRun, *, block: int | None = None, memory_budget: int | str | None = None
+) -> TriplesOrbits:
+    """(T) of ``run`` as loops over orbits of occupied block triples.
+
+    Memory-bounded at the unbatched FLOPs (:mod:`sq_jax.cc.triples_orbits`); pass it
+    to :func:`ccsd_t` as ``program=``, or let ``ccsd_t(run, memory_budget=...)`` build it.
+
+    Args:
+        run: a finished CCSD run.
+        block: occupied orbitals per block; or
+        memory_budget: bytes (or ``"2 GiB"``) for the temporaries (the block is chosen).
+
+    Example:
+        >>> from sq_jax import cc
+        >>> run = cc.ccsd(closed_shell=True)
+        >>> orbits = triples_orbits(run, memory_budget="16 KiB")
+        >>> orbits.memory_bytes <= 16 * 1024, orbits.block < run.nocc
+        (True, True)
+    """
+    name = "ccsd_t_cs" if run.closed_shell else "ccsd_t_so"
+    return orbit_loops(triples_program(run), name, block=block, memory_budget=memory_budget)
+
+
 def _orbital_energies(fock: np.ndarray, nocc: int, tol: float) -> np.ndarray:
     """The Fock diagonal, after checking the occupied and virtual blocks are diagonal."""
     bad = []
@@ -105,8 +130,9 @@ def ccsd_t(
     *,
     batch: Mapping[str, Any] | None = None,
     memory_budget: int | str | None = None,
+    block: int | None = None,
     canonical_tol: float = CANONICAL_TOL,
-    program: Program | None = None,
+    program: Program | TriplesOrbits | None = None,
 ) -> float:
     """E(T), the perturbative triples correction to ``run``'s CCSD energy.
 
@@ -114,13 +140,20 @@ def ccsd_t(
 
     Args:
         run: a finished CCSD run (not density-fitted), from :func:`sq_jax.cc.ccsd`.
-        batch: a batch plan for the (T) program, e.g. ``{"i": 2}``.
-        memory_budget: bytes (or ``"2 GiB"``) for what the (T) program allocates; the
-            plan is chosen for it. Exclusive with ``batch``.
+        batch: a batch plan for the (T) program, e.g. ``{"i": 2}`` (the generic batch
+            loops: each batch rebuilds the blocks of ``W`` its permutations read, up to
+            6x the unbatched FLOPs).
+        memory_budget: bytes (or ``"2 GiB"``) for what the (T) computation allocates:
+            it then loops over orbits of occupied block triples
+            (:mod:`sq_jax.cc.triples_orbits`: memory-bounded at the unbatched FLOPs),
+            with the largest block that fits.
+        block: occupied orbitals per block of the orbit loops (instead of a budget).
+            At most one of ``batch``, ``memory_budget`` and ``block``.
         canonical_tol: the largest off-diagonal Fock element allowed within the
             occupied or the virtual orbitals (Eh).
-        program: a (T) program already compiled by :func:`triples_program` for this
-            run (then ``batch`` and ``memory_budget`` are not used).
+        program: a (T) program already built for this run by :func:`triples_program`
+            or :func:`~sq_jax.cc.triples_orbits.triples_orbits` (then ``batch``,
+            ``memory_budget`` and ``block`` are not used).
 
     Returns:
         E(T) in Eh.
@@ -153,11 +186,37 @@ def ccsd_t(
         )
     _orbital_energies(np.asarray(run.integrals["f"]), run.nocc, canonical_tol)  # before compiling
     if program is None:
-        program = triples_program(run, batch=batch, memory_budget=memory_budget)
-    inputs = triples_inputs(run, program, canonical_tol=canonical_tol)
-    e_t = float(program(inputs)["E"])
+        program = _triples_route(run, batch, memory_budget, block)
+    if isinstance(program, TriplesOrbits):
+        e_t = float(
+            program.evaluate(triples_inputs(run, program.base, canonical_tol=canonical_tol))
+        )
+    else:
+        inputs = triples_inputs(run, program, canonical_tol=canonical_tol)
+        e_t = float(program(inputs)["E"])
     run.triples["e_t"] = e_t
     return e_t
+
+
+def _triples_route(
+    run: CCRun,
+    batch: Mapping[str, Any] | None,
+    memory_budget: int | str | None,
+    block: int | None,
+) -> Program | TriplesOrbits:
+    """The plain or batched program, or the orbit loops (budget or block given)."""
+    given = [
+        n
+        for n, v in (("batch", batch), ("memory_budget", memory_budget), ("block", block))
+        if v is not None
+    ]
+    if len(given) > 1:
+        raise PlanError(
+            f"(T) takes at most one of batch=, memory_budget= and block=; got {', '.join(given)}."
+        )
+    if memory_budget is not None or block is not None:
+        return triples_orbits(run, block=block, memory_budget=memory_budget)
+    return triples_program(run, batch=batch)
 
 
 def triples_inputs(

@@ -26,4 +26,5 @@ from .spaces import DEFAULT_SPACES as DEFAULT_SPACES
 from .spaces import IndexSpace as IndexSpace
 from .spaces import Spaces as Spaces
 from .symmetrize import expand_symmetrizers as expand_symmetrizers
+from .symmetrize import relabel as relabel
 from .validate import validate as validate

@@ -29,14 +29,14 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from fractions import Fraction
 from typing import cast
 
 from .._errors import ExpressionError
 from .nodes import Constant, Equation, Expr, Index, NormalOperator, Product, Sum, Tensor
 
-__all__ = ["expand_symmetrizers"]
+__all__ = ["expand_symmetrizers", "relabel"]
 
 _ANTISYMMETRIZER = "Â"
 _SYMMETRIZER = "Ŝ"
@@ -132,7 +132,7 @@ def _expand_product(product: Product, legacy: bool) -> list[Expr]:
         return [Product(product.scalar, factors)]
     out: list[Expr] = []
     for sign, mapping in _substitutions(op, kinds[pos]):
-        new_rest = tuple(_relabel(f, mapping) for f in rest)
+        new_rest = tuple(relabel(f, mapping) for f in rest)
         scalar = product.scalar * sign
         # further symmetrizer factors (rare) are expanded in turn
         if any(_symmetrizer_kind(f, -1, 0, False) for f in new_rest):
@@ -172,7 +172,7 @@ def _substitutions(op: Tensor, kind: str | None) -> Iterator[tuple[int, dict[Ind
         yield 1, mapping
 
 
-def _relabel_index(index: Index, mapping: dict[Index, Index]) -> Index:
+def _relabel_index(index: Index, mapping: Mapping[Index, Index]) -> Index:
     plain = index.plain()
     target = mapping.get(plain, plain)
     protos = tuple(_relabel_index(p, mapping) for p in index.protos)
@@ -181,10 +181,26 @@ def _relabel_index(index: Index, mapping: dict[Index, Index]) -> Index:
     return Index(target.space, target.ordinal, protos)
 
 
-def _relabel(expr: Expr, mapping: dict[Index, Index]) -> Expr:
+def relabel(
+    expr: Expr, mapping: Mapping[Index, Index], labels: Mapping[str, str] | None = None
+) -> Expr:
+    """``expr`` with indices substituted by ``mapping`` and tensor labels by ``labels``.
+
+    Indices not in ``mapping`` (and labels not in ``labels``) are kept; proto-indices
+    are substituted too. The substitution is simultaneous (a swap is a valid mapping).
+
+    Example:
+        >>> import sq_jax as sq
+        >>> from sq_jax.expr import Index
+        >>> e = sq.parse_expr("W{a1;i1} * t{a1;i2}")
+        >>> str(relabel(e, {Index("i", 1): Index("j", 1)}, {"W": "Wj"}))
+        'Wj{a_1;j_1}:N-C-S * t{a_1;i_2}:N-C-S'
+    """
+    renames = labels or {}
     if isinstance(expr, Tensor):
         return dataclasses.replace(
             expr,
+            label=renames.get(expr.label, expr.label),
             bra=tuple(_relabel_index(i, mapping) for i in expr.bra),
             ket=tuple(_relabel_index(i, mapping) for i in expr.ket),
             aux=tuple(_relabel_index(i, mapping) for i in expr.aux),
@@ -196,7 +212,7 @@ def _relabel(expr: Expr, mapping: dict[Index, Index]) -> Expr:
             creators=tuple(_relabel_index(i, mapping) for i in expr.creators),
         )
     if isinstance(expr, Product):
-        return Product(expr.scalar, tuple(_relabel(f, mapping) for f in expr.factors))
+        return Product(expr.scalar, tuple(relabel(f, mapping, labels) for f in expr.factors))
     if isinstance(expr, Sum):
-        return Sum(tuple(_relabel(t, mapping) for t in expr.terms))
+        return Sum(tuple(relabel(t, mapping, labels) for t in expr.terms))
     return expr
