@@ -135,6 +135,20 @@ def test_cli_triples_prints_e_t(shipped_run):
     assert status == 0
     lines = dict(line.split("=", 1) for line in out.getvalue().splitlines() if "=" in line)
     assert abs(float(lines["E(T)               "]) - oracle) < 1e-9  # CLI's default tolerances
+    out = io.StringIO()
+    args = [
+        "ccsd",
+        "--closed-shell",
+        "--triples",
+        "--quiet",
+        "--memory",
+        "1MiB",
+    ]  # (T) and CCSD both fit whole
+    with contextlib.redirect_stdout(out):
+        assert main([*args, "--max-iter", "100"]) == 0
+    lines = dict(line.split("=", 1) for line in out.getvalue().splitlines() if "=" in line)
+    assert abs(float(lines["E(T)               "]) - oracle) < 1e-9
+    assert "orbits of" in lines["(T) time           "]
     assert main(["ccd", "--triples"]) == 2
 
 

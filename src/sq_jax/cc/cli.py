@@ -152,17 +152,21 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
 
 def _triples(run, batch: dict | None, memory: str | None) -> None:
     """Compute and print (T) on the converged amplitudes (``--triples``)."""
-    from .triples import ccsd_t, triples_program
+    from .triples import ccsd_t, triples_orbits, triples_program
 
     start = time.perf_counter()
-    program = triples_program(run, batch=batch, memory_budget=memory)
+    if memory is not None:  # orbits of occupied blocks: memory-bounded at unbatched FLOPs
+        program = triples_orbits(run, memory_budget=memory)
+        loops = f"{program.orbit_count} orbits of {program.block} occupied orbitals"
+    else:
+        program = triples_program(run, batch=batch)
+        loops = f"{len(program.lowered.loops())} loops"
     e_t = ccsd_t(run, program=program)
     seconds = time.perf_counter() - start
     print(f"E(T)               = {e_t:.12f}")
     print(f"E(CCSD(T))         = {run.e_tot + e_t:.12f}")
-    loops = len(program.lowered.loops())
     print(
-        f"(T) time           = {seconds:.2f} s incl. compile; {loops} loops, memory "
+        f"(T) time           = {seconds:.2f} s incl. compile; {loops}, memory "
         f"{format_bytes(program.memory_bytes)} predicted"
     )
 
