@@ -199,7 +199,7 @@ def md_triples(r: dict) -> list[str]:
     return [
         "| system | o, v | PySCF ccsd_t s | sq_jax (T) s unbatched / batched | ×PySCF "
         "(target ≤ 1.0) | XLA temp+out unbatched / batched (budget = unb. ÷ k, ÷ budget) | "
-        "predicted batched | peak RSS | loops | FLOPs unb. / batched | abs ΔE(T) (Eh) |",
+        "predicted batched | peak RSS | batched orbits | FLOPs unb. / batched | abs ΔE(T) (Eh) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
         f"| {r['system']} | {r['o']}, {r['v']} | {t['pyscf']['median_s']:.4f} | "
         f"{unb_time} / {t['sq_jax_batched']['median_s']:.4f} | "
@@ -209,7 +209,7 @@ def md_triples(r: dict) -> list[str]:
         f"{size(b['predicted_bytes'])} | {size(r['peak_rss_bytes'])} | {b['loops']} | "
         f"{u['flops']:.3e} / {b['flops']:.3e} | {r['abs_de_t']:.1e} |",
         "",
-        f"Batched plan: {b['plan']}. Compile + first call: "
+        f"Batched: {b['plan']} (\"orbit loops\", `cc.triples_orbits`). Compile + first call: "
         + (f"unbatched {u['compile_and_first_call_s']:.1f} s, " if ran else "")
         + f"batched {b['compile_and_first_call_s']:.1f} s.",
     ]

@@ -5,8 +5,9 @@ Both read the same RHF orbitals and sq_jax's converged closed-shell CCSD amplitu
 blocks its (T) program reads (``cc.triples``). Measured: interleaved median times of the
 compiled (T) call (unbatched, and under a memory budget of 1/10 of what XLA allocates for
 the unbatched program, or of its prediction where it cannot run, capped at a quarter of
-this machine's memory) and of ``pyscf.cc.ccsd_t.kernel``; XLA's temporaries + outputs of
-each program (``memory_analysis``) against the budget; the process's peak RSS; |ΔE(T)|.
+this machine's memory: the orbit loops of ``cc.triples_orbits``) and of
+``pyscf.cc.ccsd_t.kernel``; XLA's temporaries + outputs of each program
+(``memory_analysis``) against the budget; the process's peak RSS; |ΔE(T)|.
 """
 
 from __future__ import annotations
@@ -19,12 +20,17 @@ import numpy as np
 from _timing import log
 
 from sq_jax import cc
-from sq_jax.cc.triples import ccsd_t, triples_inputs, triples_program
+from sq_jax.cc.triples import ccsd_t, triples_inputs, triples_orbits, triples_program
 
 
 def _xla_bytes(program: Any, inputs: dict) -> int:
     ma = program.memory_analysis(inputs)
     return int(ma.temp_size_in_bytes + ma.output_size_in_bytes)
+
+
+def _energy(out: Any) -> Any:
+    """E(T) from a program's outputs (a dict) or the orbit loops' (the scalar)."""
+    return out["E"] if isinstance(out, dict) else out
 
 
 def _ram_bytes() -> int:
@@ -70,16 +76,18 @@ def triples_figure(mf: Any, reps: int, fraction: int = 10, ram_share: float = 0.
             unbatched = rec["unbatched"]
             need = unbatched.get("xla_bytes", unbatched["predicted_bytes"])
             budget = min(need // fraction, cap)
-            program = triples_program(run, memory_budget=budget)
+            program = triples_orbits(run, memory_budget=budget)
         e_t = ccsd_t(run, program=program)  # compiles and runs once
         compile_s = time.perf_counter() - t0
-        inputs = triples_inputs(run, program)
-        programs[name] = (program, inputs)
+        orbits = name == "batched"
+        inputs = triples_inputs(run, program.base if orbits else program)
+        call = program.arguments(inputs) if orbits else inputs
+        programs[name] = (program.function if orbits else program, call)
         rec[name] = {
             "ran": True,
             "budget_bytes": budget,
-            "loops": len(program.lowered.loops()),
-            "plan": str(program.schedule.annotated.plan),
+            "loops": program.orbit_count if orbits else len(program.lowered.loops()),
+            "plan": str(program) if orbits else str(program.schedule.annotated.plan),
             "flops": program.flops,
             "predicted_bytes": program.memory_bytes,
             "xla_bytes": _xla_bytes(program, inputs),
@@ -96,7 +104,7 @@ def triples_figure(mf: Any, reps: int, fraction: int = 10, ram_share: float = 0.
     fns = {
         "pyscf": lambda: pyscf_ccsd_t.kernel(mycc, eris, t1, t2, verbose=0),
         **{
-            f"sq_jax_{k}": (lambda p=p, x=x: p(x)["E"].block_until_ready())
+            f"sq_jax_{k}": (lambda p=p, x=x: _energy(p(x)).block_until_ready())
             for k, (p, x) in programs.items()
         },
     }

@@ -47,6 +47,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -62,6 +63,7 @@ from .._units import format_bytes, parse_bytes
 from ..budget import default_step_cost
 from ..expr import Equation, Index, Sum, Tensor, parse, relabel
 from ..forest.inputs import InputSpec, bind_inputs, input_specs
+from ..lower.aot import AotJit
 from ..lower.program import Program
 from .equations import load_equations
 
@@ -88,7 +90,7 @@ def orbit_equations(
     their spaces. ``output`` becomes the sum of its copies.
 
     Example:
-        >>> eqs = parse("W{a1;i1} = g{a1;i1}\\nE = W{a1;i1} t{a1;i1}")
+        >>> eqs = parse("W{a1;i1} = g{a1;i1}\nE = W{a1;i1} t{a1;i1}")
         >>> for eq in orbit_equations(eqs, [("j",), ("k",)]):
         ...     print(eq)
         Wj{a_1;j_1}:N-C-S = g{a_1;j_1}:N-C-S
@@ -213,20 +215,29 @@ class TriplesOrbits:
             >>> abs(float(e_t) - cc.ccsd_t(run)) < 1e-12
             True
         """
-        blocks = bind_inputs(self.base.schedule.annotated.forest, inputs, xp=jnp)
-        return self.function()(self._padded(blocks))
+        return self.function(self.arguments(inputs))
 
-    def function(self) -> Callable[[Mapping[str, Any]], jax.Array]:
-        """The jitted E(T) of the padded base blocks (one program, one loop per class)."""
-        return _energy_function(self)
+    @functools.cached_property
+    def function(self) -> AotJit:
+        """E(T) of :meth:`arguments`: one jitted program, one ``fori_loop`` per class.
 
-    def _padded(self, blocks: Mapping[str, Any]) -> dict[str, Any]:
-        """Base blocks with every occupied axis padded to ``nblocks · block`` orbitals.
+        Compiled ahead of time with sq_jax's XLA options at top level
+        (:class:`~sq_jax.lower.aot.AotJit`), like a :class:`~sq_jax.lower.program.Program`.
+        """
+        return AotJit(_energy_function(self))
+
+    def memory_analysis(self, inputs: Mapping[str, Any]) -> Any:
+        """XLA's memory figures of the compiled loops (``temp_size_in_bytes`` …)."""
+        return self.function.compiled(self.arguments(inputs)).memory_analysis()
+
+    def arguments(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """The base blocks of ``inputs``, occupied axes padded to ``nblocks · block``.
 
         Padded amplitudes and integrals are zero, so every term vanishes there; padded
         orbital energies repeat the highest occupied one, so the denominators stay finite.
         """
         forest = self.base.schedule.annotated.forest
+        blocks = bind_inputs(forest, inputs, xp=jnp)
         size = self.nblocks * self.block
         out: dict[str, Any] = {}
         for spec in input_specs(forest):
@@ -246,6 +257,7 @@ class TriplesOrbits:
 
 
 def _energy_function(orbits: TriplesOrbits) -> Callable[[Mapping[str, Any]], jax.Array]:
+    """E(T) of the padded base blocks (not jitted: :attr:`TriplesOrbits.function` is)."""
     block, nocc = orbits.block, orbits.nocc
 
     def cut(base: Mapping[str, Any], spec: InputSpec, starts: Mapping[str, Any]) -> Any:
@@ -268,7 +280,6 @@ def _energy_function(orbits: TriplesOrbits) -> Callable[[Mapping[str, Any]], jax
 
         return jax.lax.fori_loop(0, len(cls.orbits), body, total)
 
-    @jax.jit
     def energy(base: Mapping[str, Any]) -> jax.Array:
         total = jnp.zeros((), dtype=jnp.float64)
         for cls in orbits.classes:
