@@ -209,7 +209,7 @@ def md_triples(r: dict) -> list[str]:
         f"{size(b['predicted_bytes'])} | {size(r['peak_rss_bytes'])} | {b['loops']} | "
         f"{u['flops']:.3e} / {b['flops']:.3e} | {r['abs_de_t']:.1e} |",
         "",
-        f"Batched: {b['plan']} (\"orbit loops\", `cc.triples_orbits`). Compile + first call: "
+        f'Batched: {b["plan"]} ("orbit loops", `cc.triples_orbits`). Compile + first call: '
         + (f"unbatched {u['compile_and_first_call_s']:.1f} s, " if ran else "")
         + f"batched {b['compile_and_first_call_s']:.1f} s.",
     ]
