@@ -42,7 +42,9 @@ the denominator) and the energy ``E`` = E(T); compile them with ``outputs=("E",)
 that no o³v³ intermediate is an output. They divide by the generated denominator
 ``Δ{a_1,a_2,a_3;i_1,i_2,i_3}``, built inside the program from the orbital energies
 ``ε`` (:mod:`sq_jax.forest.denominators`); :meth:`sq_jax.cc.drivers.CCRun.ccsd_t`
-runs them.
+runs them, under a memory budget as loops over orbits of occupied block triples
+(:mod:`sq_jax.cc.triples_orbits`, which rewrites them per orbit with
+:func:`~sq_jax.cc.triples_orbits.orbit_equations`).
 
 The term counts of ``ccsd_so`` are those of SeQuant's ``mbpt::CC{2}.t()``. The ``_cs``
 files were obtained by integrating out the spin of ``ccsd_so`` (αβ projection) and

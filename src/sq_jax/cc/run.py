@@ -98,7 +98,7 @@ class CCRun:
         """The (T) correction on the converged amplitudes; also sets :attr:`e_t`.
 
         Takes the options of :func:`sq_jax.cc.triples.ccsd_t` (``batch``,
-        ``memory_budget``, ``canonical_tol``).
+        ``memory_budget``, ``block``, ``canonical_tol``).
 
         Example:
             >>> from sq_jax.cc import ccsd
