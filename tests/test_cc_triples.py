@@ -57,7 +57,7 @@ def _orbits(run, fraction=4):
     """(T) over orbits of occupied blocks, under 1/fraction of the unbatched memory."""
     budget = triples_program(run).memory_bytes // fraction
     orbits = cc.triples_orbits(run, memory_budget=budget)
-    assert orbits.block < run.nocc and orbits.memory_bytes <= budget
+    assert orbits.block < run.nvirt and orbits.memory_bytes <= budget
     return ccsd_t(run, program=orbits)
 
 

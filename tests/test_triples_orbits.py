@@ -25,7 +25,12 @@ def _base(name, nocc=NOCC, nvirt=NVIRT, batch=None):
     return sq.compile(load_equations(name), spaces, outputs=("E",), batch=batch)
 
 
-def _random_inputs(program, seed=7):
+def _random_inputs(program, name, seed=7):
+    """Random amplitudes and integrals; antisymmetric where the spin-orbital set assumes it.
+
+    ``ccsd_t_so``'s ``V`` is antisymmetric in its occupied (virtual) slots only when
+    ⟨pq‖rs⟩ and ``t2`` are, as they are for any spin-orbital system.
+    """
     rng = np.random.default_rng(seed)
     out = {}
     for spec in input_specs(program.schedule.annotated.forest):
@@ -33,19 +38,28 @@ def _random_inputs(program, seed=7):
             out[spec.block_key] = -1.0 - rng.random(spec.shape)
         elif spec.block_key == "ε{a}":
             out[spec.block_key] = 1.0 + rng.random(spec.shape)
-        else:
+        elif not (name == "ccsd_t_so" and spec.label == "g"):  # its g comes whole, below
             out[spec.block_key] = rng.standard_normal(spec.shape) * 0.1
+    if name == "ccsd_t_so":
+        n = NOCC + NVIRT
+        g = rng.standard_normal((n, n, n, n)) * 0.1
+        g = g - g.transpose(1, 0, 2, 3)
+        out["g"] = g - g.transpose(0, 1, 3, 2)
+        t2 = rng.standard_normal((NVIRT, NVIRT, NOCC, NOCC)) * 0.1
+        t2 = t2 - t2.transpose(1, 0, 2, 3)
+        out["t{a,a;i,i}"] = t2 - t2.transpose(0, 1, 3, 2)
     return out
 
 
 @pytest.mark.parametrize("name", ["ccsd_t_cs", "ccsd_t_so"])
 def test_orbit_loops_equal_the_plain_program_for_every_block(name):
     base = _base(name)
-    inputs = _random_inputs(base)
+    inputs = _random_inputs(base, name)
     expected = float(base(inputs)["E"])
     assert abs(expected) > 1e-6
-    for block in (1, 3):  # 4 blocks (every orbit class), 2 blocks (the last padded by 2)
-        orbits = orbit_loops(base, name, block=block)
+    # occupied: 4 blocks (every orbit class), 2 (the last padded); virtual: 3 (padded)
+    for space, block in (("i", 1), ("i", 3), ("a", 2)):
+        orbits = orbit_loops(base, name, block=block, space=space)
         assert abs(float(orbits.evaluate(inputs)) - expected) < 1e-12 * abs(expected)
     kinds = [c.kind for c in orbit_loops(base, name, block=1).classes]
     assert kinds == ["distinct", "pair", "diagonal"]
@@ -53,7 +67,7 @@ def test_orbit_loops_equal_the_plain_program_for_every_block(name):
 
 def test_orbit_loops_cost_the_unbatched_flops_where_generic_loops_do_not():
     base = _base("ccsd_t_cs", nocc=6, nvirt=7)
-    orbits = orbit_loops(base, "ccsd_t_cs", block=2)  # 3 blocks, no padding
+    orbits = orbit_loops(base, "ccsd_t_cs", block=2, space="i")  # 3 blocks, no padding
     assert orbits.orbit_count == 1 + 6 + 3
     assert orbits.flops <= 1.05 * base.flops
     generic = _base(
@@ -66,10 +80,10 @@ def test_orbit_loops_fit_the_budget_and_refuse_bad_arguments():
     base = _base("ccsd_t_cs")
     budget = base.memory_bytes // 4
     orbits = orbit_loops(base, "ccsd_t_cs", memory_budget=budget)
-    assert orbits.block < NOCC and orbits.memory_bytes <= budget
-    with pytest.raises(sq.MemoryBudgetError, match="no occupied block size fits"):
+    assert orbits.space == "a" and orbits.block < NVIRT and orbits.memory_bytes <= budget
+    with pytest.raises(sq.MemoryBudgetError, match="no block size of space 'a' fits"):
         orbit_loops(base, "ccsd_t_cs", memory_budget=64)
     with pytest.raises(sq.PlanError, match="exactly one of block"):
         orbit_loops(base, "ccsd_t_cs", block=2, memory_budget=budget)
-    with pytest.raises(sq.PlanError, match="from 1 to the number of occupied orbitals, 4"):
-        orbit_loops(base, "ccsd_t_cs", block=5)
+    with pytest.raises(sq.PlanError, match="as an int from 1 to its extent, 4"):
+        orbit_loops(base, "ccsd_t_cs", block=5, space="i")

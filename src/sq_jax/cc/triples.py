@@ -85,21 +85,21 @@ def triples_program(
 def triples_orbits(
     run: CCRun, *, block: int | None = None, memory_budget: int | str | None = None
 ) -> TriplesOrbits:
-    """(T) of ``run`` as loops over orbits of occupied block triples.
+    """(T) of ``run`` as loops over orbits of virtual block triples.
 
     Memory-bounded at the unbatched FLOPs (:mod:`sq_jax.cc.triples_orbits`); pass it
     to :func:`ccsd_t` as ``program=``, or let ``ccsd_t(run, memory_budget=...)`` build it.
 
     Args:
         run: a finished CCSD run.
-        block: occupied orbitals per block; or
+        block: virtual orbitals per block; or
         memory_budget: bytes (or ``"2 GiB"``) for the temporaries (the block is chosen).
 
     Example:
         >>> from sq_jax import cc
         >>> run = cc.ccsd(closed_shell=True)
         >>> orbits = triples_orbits(run, memory_budget="16 KiB")
-        >>> orbits.memory_bytes <= 16 * 1024, orbits.block < run.nocc
+        >>> orbits.memory_bytes <= 16 * 1024, orbits.block < run.nvirt
         (True, True)
     """
     name = "ccsd_t_cs" if run.closed_shell else "ccsd_t_so"
@@ -144,10 +144,10 @@ def ccsd_t(
             loops: each batch rebuilds the blocks of ``W`` its permutations read, up to
             6x the unbatched FLOPs).
         memory_budget: bytes (or ``"2 GiB"``) for what the (T) computation allocates:
-            it then loops over orbits of occupied block triples
+            it then loops over orbits of virtual block triples
             (:mod:`sq_jax.cc.triples_orbits`: memory-bounded at the unbatched FLOPs),
-            with the largest block that fits.
-        block: occupied orbitals per block of the orbit loops (instead of a budget).
+            with a block that fits.
+        block: virtual orbitals per block of the orbit loops (instead of a budget).
             At most one of ``batch``, ``memory_budget`` and ``block``.
         canonical_tol: the largest off-diagonal Fock element allowed within the
             occupied or the virtual orbitals (Eh).

@@ -1,67 +1,71 @@
-"""(T) over orbits of occupied block triples: memory-bounded at the unbatched FLOPs.
+"""(T) over orbits of block triples: memory-bounded at the unbatched FLOPs.
 
-E(T) is a sum over occupied triples ``(i_1, i_2, i_3)`` of a summand built from ``W``,
-an o³v³ value that is a sum of permuted reads of one contraction
-``X = Σ_d g t`` (the permutation operator ``P(ijk)`` / ``Ŝ``). A batch loop over the
-occupied indices (:func:`~sq_jax.cc.triples.triples_program` with ``batch=``) must
-then build, for every batch ``(I, J, K)``, the blocks of ``X`` at all six permutations of
-``(I, J, K)``: six times the unbatched work on the o³v⁴ term.
+E(T) is a sum over index triples (occupied ``i_1, i_2, i_3``, or virtual ``a_1, a_2,
+a_3``) of a summand built from ``W``, an o³v³ value that is a sum of permuted reads of
+one contraction ``X = Σ_d g t`` (the permutation operator ``P(ijk)`` / ``Ŝ``). A batch
+loop over those indices (:func:`~sq_jax.cc.triples.triples_program` with ``batch=``)
+must build, for every batch ``(I, J, K)``, the blocks of ``X`` at all six permutations
+of ``(I, J, K)``: up to six times the unbatched work on the o³v⁴ term.
 
-This module groups the block triples into **orbits** under permutation instead. With
-the occupied orbitals cut into ``n`` blocks of ``block`` orbitals (the last padded
-with orbitals whose amplitudes and integrals are zero), the sum over all ``n³`` block
-triples is the sum, over each orbit ``{J, K, L}``, of the summand at every distinct
-arrangement of that orbit. The orbit sum is written as equations over three *block
-spaces* ``j``, ``k``, ``l`` (each ``block`` orbitals; the contracted occupied index
-stays in ``i``) and compiled by :func:`sq_jax.compile` like any other: the six
-arrangements read the same six ``X`` blocks under other labels, and the label-blind
-common-subexpression folding builds each of them once. So each orbit costs what its
-own blocks cost, and the whole loop costs the unbatched FLOPs (plus the padding).
+This module groups the block triples into **orbits** under permutation instead. With the
+space cut into ``n`` blocks (the last padded with orbitals whose amplitudes and
+integrals are zero, and whose energies repeat the last real one), the sum over all
+``n³`` block triples is, orbit by orbit, ``weight · Σ_{block triple} Σ_σ f(σ·)``: the
+summand symmetrised over the six permutations σ of the triple, over one block triple of
+the orbit. ``W``, ``V`` (and the spin-orbital ``Z``) are unchanged by a simultaneous
+permutation of their (virtual, occupied) slot pairs (:data:`PAIR_SYMMETRIC`), so every σ
+reads the *same* block of them, under permuted labels of the other space: one ``W`` and
+one ``V`` per orbit. The orbit's equations (:func:`orbit_equations`, over three *block
+spaces* ``j``, ``k``, ``l``) are compiled by :func:`sq_jax.compile` like any other.
 
 Three orbit classes, each one program and one ``lax.fori_loop`` over its orbits:
 
-=========  ===============  ============================  ======================
-class      orbit            arrangements                  orbits
-=========  ===============  ============================  ======================
-distinct   J < K < L        the 6 permutations of (j,k,l) n(n−1)(n−2)/6
-pair       {J, J, L}, J≠L   (j,j,l), (j,l,j), (l,j,j)     n(n−1)
-diagonal   {J, J, J}        (j,j,j)                       n
-=========  ===============  ============================  ======================
+=========  ===============  ==================  =================
+class      orbit            block spaces        orbits  (weight)
+=========  ===============  ==================  =================
+distinct   J < K < L        (j, k, l)           n(n−1)(n−2)/6 (1)
+pair       {J, J, L}, J≠L   (j, j, l)           n(n−1)  (1/2)
+diagonal   {J, J, J}        (j, j, j)           n       (1/6)
+=========  ===============  ==================  =================
 
-``6·n(n−1)(n−2)/6 + 3·n(n−1) + n = n³``: every block triple once.
+Memory: the values of one orbit (o³v³ shrunk to ``block³``·o³ with virtual blocks) and
+the input blocks sliced for it; the full amplitudes and integrals are the program's
+arguments. Under a budget, the block is chosen among those whose prediction
+(:attr:`TriplesOrbits.memory_bytes`) fits the budget and :data:`WORKING_SET`.
 
-Memory: the values of one orbit (o³v³ shrunk to ``block³``·v³) and the input blocks
-sliced for it; the full amplitudes and integrals are the program's arguments. The
-block is the largest one whose prediction (:attr:`TriplesOrbits.memory_bytes`) fits
-``memory_budget``.
+Known limit: the per-orbit work beyond the GEMMs (transposed reads of ``W`` and ``V``
+by the six σ, the denominator) runs as XLA element-wise loops at a few ns per element,
+which dominates the time on CPU (``bench/README.md``, "(T)").
 
 Example:
     >>> from sq_jax import cc
-    >>> run = cc.ccsd(closed_shell=True)                 # shipped H2O/STO-3G, o = 5
-    >>> orbits = cc.triples_orbits(run, block=2)         # 3 blocks, the last padded
+    >>> run = cc.ccsd(closed_shell=True)                 # shipped H2O/STO-3G, v = 2
+    >>> orbits = cc.triples_orbits(run, block=1)
     >>> print(orbits)
-    TriplesOrbits(ccsd_t_cs: o = 5 in 3 blocks of 2; distinct 1, pair 6, diagonal 3 orbits)
+    TriplesOrbits(ccsd_t_cs: a = 2 in 2 blocks of 1; pair 2, diagonal 2 orbits)
     >>> abs(cc.ccsd_t(run, program=orbits) - cc.ccsd_t(run)) < 1e-12
     True
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._errors import MemoryBudgetError, PlanError
+from .._errors import ExpressionError, MemoryBudgetError, PlanError
 from .._pipeline import compile as compile_program
 from .._units import format_bytes, parse_bytes
 from ..budget import default_step_cost
-from ..expr import Equation, Index, Sum, Tensor, parse, relabel
+from ..expr import Equation, Expr, Index, Product, Sum, Tensor, parse, relabel
 from ..forest.inputs import InputSpec, bind_inputs, input_specs
 from ..lower.aot import AotJit
 from ..lower.program import Program
@@ -70,46 +74,126 @@ from .equations import load_equations
 __all__ = ["OrbitClass", "TriplesOrbits", "orbit_equations", "orbit_loops"]
 
 BLOCK_SPACES = ("j", "k", "l")
-"""The keys of the three occupied block spaces (free in SeQuant's default registry)."""
+"""The keys of the three block spaces (free in SeQuant's default registry)."""
 
-_ARRANGEMENTS = {
-    "distinct": tuple(itertools.permutations(BLOCK_SPACES)),
-    "pair": (("j", "j", "l"), ("j", "l", "j"), ("l", "j", "j")),
-    "diagonal": (("j", "j", "j"),),
+_CLASSES = {  # the block spaces of (i_1, i_2, i_3) and the orbit's share of Σ_σ f(σ·)
+    "distinct": (BLOCK_SPACES, Fraction(1)),
+    "pair": (("j", "j", "l"), Fraction(1, 2)),
+    "diagonal": (("j", "j", "j"), Fraction(1, 6)),
 }
+
+PAIR_SYMMETRIC = {
+    "ccsd_t_cs": frozenset({"W", "V", "Δ"}),
+    "ccsd_t_so": frozenset({"W", "V", "Z", "Δ"}),
+}
+
+WORKING_SET = 32 * 2**20
+"""Largest predicted temporaries of one orbit that a budget route chooses (bytes).
+
+Benzene/cc-pVDZ closed-shell (T), CPU seconds per orbit FLOP measured with virtual
+blocks of 2, 4 and 8 (about 10, 80 and 600 MiB per orbit): 4.2, 3.3 and 2.6 GFLOP/s."""
+"""Per (T) set: the tensors unchanged by a simultaneous permutation of their
+(virtual, occupied) slot pairs (``W_{abc}^{ijk} = W_{bac}^{jik}``): ``Ŝ`` sums and
+``P(i/jk)P(a/bc)`` antisymmetrisations, and the denominator."""
 
 
 def orbit_equations(
-    equations: Sequence[Equation], arrangements: Sequence[tuple[str, ...]], *, output: str = "E"
+    equations: Sequence[Equation],
+    blocks: tuple[str, str, str],
+    *,
+    symmetric: frozenset[str],
+    weight: Fraction = Fraction(1),
+    space: str = "i",
+    output: str = "E",
 ) -> tuple[Equation, ...]:
-    r"""The equations of one orbit sum: ``output`` summed over ``arrangements``.
+    r"""The equations of one orbit: ``weight · Σ_σ f(σ(i_1, i_2, i_3))`` over one block.
 
-    Each arrangement ``(s_1, s_2, s_3)`` puts the external occupied index ``i_k`` of the
-    triple into block space ``s_k`` (``i_1`` → ``s_1_1`` …) in a renamed copy of every
-    internal equation (``W`` → ``Wjkl``) and of the ``output`` term; other indices keep
-    their spaces. ``output`` becomes the sum of its copies.
+    ``output`` is a sum over a triple ``(i_1, i_2, i_3)`` of ``space`` (``i`` or ``a``)
+    of a summand ``f``. Summed over the blocks of one orbit of block triples, that is
+    ``weight`` times the summand symmetrised over the six permutations σ of the triple,
+    summed over one block triple: ``blocks`` gives the block space of each index
+    (weight 1 for three distinct blocks, 1/2 for two equal, 1/6 for one).
+
+    Each σ copy reads the ``symmetric`` tensors (pair-symmetric, see
+    :data:`PAIR_SYMMETRIC`) with their slot pairs sorted back into triple order, so every
+    copy reads the *same* block of ``W`` and ``V`` (under permuted labels of the other
+    space: transposes). Internal results that are not symmetric are inlined (they may
+    not sum indices of their own). The symmetric internal equations are kept, with the
+    triple in its blocks.
 
     Example:
-        >>> eqs = parse("W{a1;i1} = g{a1;i1}\nE = W{a1;i1} t{a1;i1}")
-        >>> for eq in orbit_equations(eqs, [("j",), ("k",)]):
-        ...     print(eq)
-        Wj{a_1;j_1}:N-C-S = g{a_1;j_1}:N-C-S
-        Wk{a_1;k_1}:N-C-S = g{a_1;k_1}:N-C-S
-        E = Wj{a_1;j_1}:N-C-S * t{a_1;j_1}:N-C-S + Wk{a_1;k_1}:N-C-S * t{a_1;k_1}:N-C-S
+        >>> eqs = parse("W{a1,a2;i1,i2} = g{a1,a2;i1,i2} + g{a2,a1;i2,i1}\n"
+        ...             "E = W{a1,a2;i1,i2} t{a1,a2;i1,i2}")
+        >>> for eq in orbit_equations(eqs, ("j", "k", "l"), symmetric=frozenset("W")):
+        ...     print(str(eq).replace(":N-C-S", ""))
+        W{a_1,a_2;j_1,k_2} = g{a_1,a_2;j_1,k_2} + g{a_2,a_1;k_2,j_1}
+        E = W{a_1,a_2;j_1,k_2} * t{a_1,a_2;j_1,k_2} + W{a_2,a_1;j_1,k_2} * t{a_1,a_2;k_2,j_1}
     """
-    internal = [eq for eq in equations if eq.name != output]
+    triple = [Index(space, k + 1) for k in range(3)]
     (target,) = [eq for eq in equations if eq.name == output]
-    copies: list[Equation] = []
+    inline = {eq.name: eq for eq in equations if eq.name != output and eq.name not in symmetric}
+    present = {ix for ix in _indices(target.rhs) if ix in triple}
     terms = []
-    for spaces in arrangements:
-        mapping = {Index("i", k + 1): Index(s, k + 1) for k, s in enumerate(spaces)}
-        names = {eq.name: eq.name + "".join(spaces) for eq in internal}
-        for eq in internal:
-            lhs = relabel(eq.lhs, mapping, names)
-            assert isinstance(lhs, Tensor)
-            copies.append(Equation(lhs, relabel(eq.rhs, mapping, names)))
-        terms.append(relabel(target.rhs, mapping, names))
-    return (*copies, Equation(target.lhs, Sum(tuple(terms))))
+    for perm in itertools.permutations(sorted(present, key=lambda ix: ix.ordinal)):
+        sigma = dict(zip(sorted(present, key=lambda ix: ix.ordinal), perm, strict=True))
+        body = _inline(relabel(target.rhs, sigma), inline)
+        terms.append(_sort_pairs(body, symmetric, space))
+    rhs: Expr = Sum(tuple(terms)) if len(terms) > 1 else terms[0]
+    if weight != 1:
+        rhs = Product(weight, (rhs,))
+    to_blocks = {ix: Index(s, ix.ordinal) for ix, s in zip(triple, blocks, strict=True)}
+    kept = [eq for eq in equations if eq.name != output and eq.name in symmetric]
+    out = [Equation(relabel(eq.lhs, to_blocks), relabel(eq.rhs, to_blocks)) for eq in kept]
+    return (*out, Equation(target.lhs, relabel(rhs, to_blocks)))
+
+
+def _indices(expr: Expr) -> list[Index]:
+    if isinstance(expr, Tensor):
+        return list(expr.indices)
+    if isinstance(expr, (Product, Sum)):
+        parts = expr.factors if isinstance(expr, Product) else expr.terms
+        return [ix for part in parts for ix in _indices(part)]
+    return []
+
+
+def _inline(expr: Expr, definitions: Mapping[str, Equation]) -> Expr:
+    """Reads of ``definitions`` replaced by their right-hand sides, relabeled to the read."""
+    if isinstance(expr, Tensor) and expr.label in definitions:
+        eq = definitions[expr.label]
+        assert isinstance(eq.lhs, Tensor)
+        summed = set(_indices(eq.rhs)) - set(eq.lhs.indices)
+        if summed:
+            raise ExpressionError(
+                f"cannot inline `{eq.name}` into the (T) orbit equations: it sums "
+                f"{sorted(map(str, summed))}; declare it pair-symmetric or write it inline."
+            )
+        mapping = dict(zip(eq.lhs.indices, expr.indices, strict=True))
+        return _inline(relabel(eq.rhs, mapping), definitions)
+    if isinstance(expr, Product):
+        return Product(expr.scalar, tuple(_inline(f, definitions) for f in expr.factors))
+    if isinstance(expr, Sum):
+        return Sum(tuple(_inline(t, definitions) for t in expr.terms))
+    return expr
+
+
+def _sort_pairs(expr: Expr, symmetric: frozenset[str], space: str) -> Expr:
+    """Reads of pair-symmetric tensors with their (bra, ket) slot pairs sorted.
+
+    The order is that of each pair's ``space`` index:
+    ``W{a_2,a_1,a_3;i_2,i_1,i_3}`` → ``W{a_1,a_2,a_3;i_1,i_2,i_3}``.
+    """
+    if isinstance(expr, Tensor) and expr.label in symmetric:
+        pairs = list(zip(expr.bra, expr.ket, strict=True))
+        side = 1 if expr.ket and expr.ket[0].space == space else 0
+        pairs.sort(key=lambda pair: pair[side].ordinal)
+        return dataclasses.replace(
+            expr, bra=tuple(p[0] for p in pairs), ket=tuple(p[1] for p in pairs)
+        )
+    if isinstance(expr, Product):
+        return Product(expr.scalar, tuple(_sort_pairs(f, symmetric, space) for f in expr.factors))
+    if isinstance(expr, Sum):
+        return Sum(tuple(_sort_pairs(t, symmetric, space) for t in expr.terms))
+    return expr
 
 
 @dataclass(frozen=True)
@@ -150,17 +234,17 @@ def _orbits(kind: str, n: int) -> tuple[np.ndarray, tuple[str, ...]]:
     return np.arange(n, dtype=np.int32).reshape(-1, 1), ("j",)
 
 
-def _base_key(spec: InputSpec) -> str:
-    """The block key of the full-occupied block a blocked input is cut from."""
+def _base_key(spec: InputSpec, space: str) -> str:
+    """The block key of the base block (blocks of ``space`` whole) an input is cut from."""
     label, _, rest = spec.block_key.partition("{")
     groups = rest[:-1].split(";")
-    base = [",".join("i" if s in BLOCK_SPACES else s for s in g.split(",")) for g in groups]
+    base = [",".join(space if s in BLOCK_SPACES else s for s in g.split(",")) for g in groups]
     return f"{label}{{{';'.join(base)}}}" if rest else label
 
 
 @dataclass(frozen=True)
 class TriplesOrbits:
-    """E(T) as loops over orbits of occupied block triples (see the module docstring).
+    """E(T) as loops over orbits of block triples (see the module docstring).
 
     Build it with :func:`sq_jax.cc.triples_orbits` (or :func:`orbit_loops`);
     :meth:`evaluate` runs it on the base program's inputs.
@@ -168,10 +252,12 @@ class TriplesOrbits:
 
     name: str
     """The (T) equation set (``ccsd_t_cs`` or ``ccsd_t_so``)."""
-    nocc: int
-    """Occupied orbitals of the run."""
+    space: str
+    """The space cut into blocks: ``"i"`` (occupied) or ``"a"`` (virtual)."""
+    extent: int
+    """Orbitals of that space."""
     block: int
-    """Occupied orbitals per block."""
+    """Orbitals per block."""
     classes: tuple[OrbitClass, ...]
     """The orbit classes present (``distinct`` needs 3 blocks, ``pair`` 2)."""
     base: Program
@@ -179,8 +265,8 @@ class TriplesOrbits:
 
     @property
     def nblocks(self) -> int:
-        """Number of occupied blocks."""
-        return -(-self.nocc // self.block)
+        """Number of blocks."""
+        return -(-self.extent // self.block)
 
     @property
     def flops(self) -> int:
@@ -200,7 +286,7 @@ class TriplesOrbits:
     def __str__(self) -> str:
         counts = ", ".join(f"{c.kind} {len(c.orbits)}" for c in self.classes)
         return (
-            f"TriplesOrbits({self.name}: o = {self.nocc} in {self.nblocks} blocks of "
+            f"TriplesOrbits({self.name}: {self.space} = {self.extent} in {self.nblocks} blocks of "
             f"{self.block}; {counts} orbits)"
         )
 
@@ -210,7 +296,7 @@ class TriplesOrbits:
         Example:
             >>> from sq_jax import cc
             >>> run = cc.ccsd(closed_shell=True)
-            >>> orbits = cc.triples_orbits(run, block=3)
+            >>> orbits = cc.triples_orbits(run, block=1)
             >>> e_t = orbits.evaluate(cc.triples_inputs(run, orbits.base))
             >>> abs(float(e_t) - cc.ccsd_t(run)) < 1e-12
             True
@@ -231,10 +317,10 @@ class TriplesOrbits:
         return self.function.compiled(self.arguments(inputs)).memory_analysis()
 
     def arguments(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
-        """The base blocks of ``inputs``, occupied axes padded to ``nblocks · block``.
+        """The base blocks of ``inputs``, axes of :attr:`space` padded to ``nblocks · block``.
 
         Padded amplitudes and integrals are zero, so every term vanishes there; padded
-        orbital energies repeat the highest occupied one, so the denominators stay finite.
+        orbital energies repeat the last real one, so the denominators stay finite.
         """
         forest = self.base.schedule.annotated.forest
         blocks = bind_inputs(forest, inputs, xp=jnp)
@@ -246,7 +332,7 @@ class TriplesOrbits:
                 out[spec.block_key] = x
                 continue
             widths = [
-                (0, size - n if s == "i" else 0)
+                (0, size - n if s == self.space else 0)
                 for s, n in zip(spec.slot_spaces, x.shape, strict=True)
             ]
             if spec.label == "ε":
@@ -258,15 +344,15 @@ class TriplesOrbits:
 
 def _energy_function(orbits: TriplesOrbits) -> Callable[[Mapping[str, Any]], jax.Array]:
     """E(T) of the padded base blocks (not jitted: :attr:`TriplesOrbits.function` is)."""
-    block, nocc = orbits.block, orbits.nocc
+    block, extent, cut_space = orbits.block, orbits.extent, orbits.space
 
     def cut(base: Mapping[str, Any], spec: InputSpec, starts: Mapping[str, Any]) -> Any:
-        x = base[_base_key(spec)]
+        x = base[_base_key(spec, cut_space)]
         for axis, space in enumerate(spec.slot_spaces):
             if space in BLOCK_SPACES:
                 x = jax.lax.dynamic_slice_in_dim(x, starts[space] * block, block, axis=axis)
-            elif space == "i":
-                x = jax.lax.slice_in_dim(x, 0, nocc, axis=axis)
+            elif space == cut_space:
+                x = jax.lax.slice_in_dim(x, 0, extent, axis=axis)
         return x
 
     def run_class(cls: OrbitClass, base: Mapping[str, Any], total: jax.Array) -> jax.Array:
@@ -295,6 +381,7 @@ def orbit_loops(
     *,
     block: int | None = None,
     memory_budget: int | str | None = None,
+    space: str = "a",
     step_cost: float | None = None,
 ) -> TriplesOrbits:
     """Orbit loops for the plain (T) program ``base`` of equation set ``name``.
@@ -302,81 +389,92 @@ def orbit_loops(
     Args:
         base: the unbatched (T) program (:func:`~sq_jax.cc.triples.triples_program`).
         name: its equation set, ``"ccsd_t_cs"`` or ``"ccsd_t_so"``.
-        block: occupied orbitals per block (1 … o).
+        block: orbitals of ``space`` per block.
         memory_budget: bytes (or ``"2 GiB"``) for the temporaries: among the block
-            sizes whose prediction fits, the cheapest in FLOPs plus ``step_cost`` per
-            orbit (the planner's price of a step, :func:`sq_jax.budget.default_step_cost`
-            when ``None``). Exactly one of ``block`` and ``memory_budget``.
+            sizes whose prediction fits both the budget and :data:`WORKING_SET`, the
+            cheapest in FLOPs plus ``step_cost`` per orbit (the planner's price of a
+            step, :func:`sq_jax.budget.default_step_cost` when ``None``). Exactly one of
+            ``block`` and ``memory_budget``.
+        space: the space cut into blocks, ``"a"`` (virtual triples: the default,
+            measured faster) or ``"i"`` (occupied triples).
         step_cost: FLOPs charged per orbit when choosing the block for a budget.
 
     Raises:
-        MemoryBudgetError: not even one occupied orbital per block fits.
+        MemoryBudgetError: not even one orbital per block fits.
         PlanError: ``block`` out of range, or both or neither argument given.
 
     Example:
         >>> import sq_jax as sq
         >>> from sq_jax.cc.equations import load_equations
         >>> base = sq.compile(load_equations("ccsd_t_cs"), sq.Spaces(i=21, a=93), outputs=("E",))
-        >>> orbits = orbit_loops(base, "ccsd_t_cs", memory_budget="6 GiB")
-        >>> orbits.block, round(orbits.flops / base.flops, 3)
-        (3, 1.008)
+        >>> orbits = orbit_loops(base, "ccsd_t_cs", block=3, space="i")
+        >>> round(orbits.flops / base.flops, 3), orbits.memory_bytes < base.memory_bytes / 50
+        (0.954, True)
     """
     if (block is None) == (memory_budget is None):
         raise PlanError(
-            "the (T) orbit loops need exactly one of block= (occupied orbitals per block) "
+            "the (T) orbit loops need exactly one of block= (orbitals per block) "
             f"and memory_budget=; got block={block!r}, memory_budget={memory_budget!r}."
         )
-    nocc = base.schedule.annotated.forest.spaces.extent("i")
+    if space not in ("i", "a"):
+        raise PlanError(f"space={space!r}: the (T) orbit loops cut 'i' or 'a' into blocks.")
+    extent = base.schedule.annotated.forest.spaces.extent(space)
     if block is not None:
-        if isinstance(block, bool) or not isinstance(block, int) or not 1 <= block <= nocc:
+        if isinstance(block, bool) or not isinstance(block, int) or not 1 <= block <= extent:
             raise PlanError(
-                f"block={block!r}: give the occupied orbitals per block as an int from 1 to "
-                f"the number of occupied orbitals, {nocc}."
+                f"block={block!r}: give the orbitals per block of space {space!r} as an int "
+                f"from 1 to its extent, {extent}."
             )
-        return _build(name, base, block)
+        return _build(name, base, block, space)
     budget = parse_bytes(memory_budget)
     price = default_step_cost() if step_cost is None else step_cost
-    tried: list[str] = []
-    fitting: list[TriplesOrbits] = []
-    for size in _block_sizes(nocc):
-        orbits = _build(name, base, size)
-        if orbits.memory_bytes > budget:
-            tried.append(f"{size}: {format_bytes(orbits.memory_bytes)}")
-            continue
-        fitting.append(orbits)
-        if len(fitting) == 3:  # smaller blocks only add orbits; padding is what varies
-            break
-    if not fitting:
+    smallest = _build(name, base, 1, space)
+    if smallest.memory_bytes > budget:
         raise MemoryBudgetError(
-            f"no occupied block size fits memory_budget={format_bytes(budget)} for (T) "
-            f"(predicted temporaries per block size: {'; '.join(tried)}). Raise the budget."
+            f"no block size of space {space!r} fits memory_budget={format_bytes(budget)} for "
+            f"(T): one orbital per block needs {format_bytes(smallest.memory_bytes)} of "
+            "temporaries. Raise the budget."
         )
+    # Blocks larger than a working set stop paying: per-orbit values leave the caches and
+    # XLA's element-wise passes over them (transposes of W and V) dominate the GEMMs.
+    cap = min(budget, WORKING_SET)
+    fitting = [smallest]
+    for size in _block_sizes(extent)[:-1]:
+        if smallest.memory_bytes * size**3 > 2 * cap:  # too big by the cubic estimate
+            continue
+        orbits = _build(name, base, size, space)
+        if orbits.memory_bytes <= cap:
+            fitting.append(orbits)
+            if len(fitting) == 4:  # smaller blocks only add orbits; padding is what varies
+                break
     return min(fitting, key=lambda o: o.flops + price * o.orbit_count)
 
 
-def _block_sizes(nocc: int) -> list[int]:
-    """Distinct block sizes ``ceil(o / n)``, largest first."""
+def _block_sizes(extent: int) -> list[int]:
+    """Distinct block sizes ``ceil(extent / n)``, largest first."""
     sizes: list[int] = []
-    for n in range(1, nocc + 1):
-        size = -(-nocc // n)
+    for n in range(1, extent + 1):
+        size = -(-extent // n)
         if size not in sizes:
             sizes.append(size)
     return sizes
 
 
-def _build(name: str, base: Program, block: int) -> TriplesOrbits:
+def _build(name: str, base: Program, block: int, space: str) -> TriplesOrbits:
     equations = parse(load_equations(name))
     spaces = base.schedule.annotated.forest.spaces
-    nocc = spaces.extent("i")
+    extent = spaces.extent(space)
     for key in BLOCK_SPACES:
-        spaces = spaces.with_space(key, extent=block, description="occupied block of (T)")
-    nblocks = -(-nocc // block)
+        spaces = spaces.with_space(key, extent=block, description=f"block of `{space}` in (T)")
+    nblocks = -(-extent // block)
     classes = []
-    for kind, arrangements in _ARRANGEMENTS.items():
+    for kind, (blocks, weight) in _CLASSES.items():
         table, used = _orbits(kind, nblocks)
         if not len(table):
             continue
-        eqs = orbit_equations(equations, arrangements)
+        eqs = orbit_equations(
+            equations, blocks, symmetric=PAIR_SYMMETRIC[name], weight=weight, space=space
+        )
         program = compile_program(eqs, spaces, outputs=("E",))
         classes.append(OrbitClass(kind, program, table, used))
-    return TriplesOrbits(name, nocc, block, tuple(classes), base)
+    return TriplesOrbits(name, space, extent, block, tuple(classes), base)
