@@ -81,7 +81,7 @@ def test_orbit_loops_fit_the_budget_and_refuse_bad_arguments():
     budget = base.memory_bytes // 4
     orbits = orbit_loops(base, "ccsd_t_cs", memory_budget=budget)
     assert orbits.space == "a" and orbits.block < NVIRT and orbits.memory_bytes <= budget
-    with pytest.raises(sq.MemoryBudgetError, match="no block size of space 'a' fits"):
+    with pytest.raises(sq.MemoryBudgetError, match="no block size of space 'i' fits"):
         orbit_loops(base, "ccsd_t_cs", memory_budget=64)
     with pytest.raises(sq.PlanError, match="exactly one of block"):
         orbit_loops(base, "ccsd_t_cs", block=2, memory_budget=budget)

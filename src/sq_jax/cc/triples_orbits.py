@@ -381,7 +381,7 @@ def orbit_loops(
     *,
     block: int | None = None,
     memory_budget: int | str | None = None,
-    space: str = "a",
+    space: str | None = None,
     step_cost: float | None = None,
 ) -> TriplesOrbits:
     """Orbit loops for the plain (T) program ``base`` of equation set ``name``.
@@ -395,8 +395,9 @@ def orbit_loops(
             cheapest in FLOPs plus ``step_cost`` per orbit (the planner's price of a
             step, :func:`sq_jax.budget.default_step_cost` when ``None``). Exactly one of
             ``block`` and ``memory_budget``.
-        space: the space cut into blocks, ``"a"`` (virtual triples: the default,
-            measured faster) or ``"i"`` (occupied triples).
+        space: the space cut into blocks, ``"a"`` (virtual triples) or ``"i"``
+            (occupied triples). ``None``: ``"a"`` (measured faster), and under a budget
+            that not even one virtual orbital per block fits, ``"i"``.
         step_cost: FLOPs charged per orbit when choosing the block for a budget.
 
     Raises:
@@ -416,16 +417,23 @@ def orbit_loops(
             "the (T) orbit loops need exactly one of block= (orbitals per block) "
             f"and memory_budget=; got block={block!r}, memory_budget={memory_budget!r}."
         )
-    if space not in ("i", "a"):
+    if space not in ("i", "a", None):
         raise PlanError(f"space={space!r}: the (T) orbit loops cut 'i' or 'a' into blocks.")
-    extent = base.schedule.annotated.forest.spaces.extent(space)
     if block is not None:
+        space = space or "a"
+        extent = base.schedule.annotated.forest.spaces.extent(space)
         if isinstance(block, bool) or not isinstance(block, int) or not 1 <= block <= extent:
             raise PlanError(
                 f"block={block!r}: give the orbitals per block of space {space!r} as an int "
                 f"from 1 to its extent, {extent}."
             )
         return _build(name, base, block, space)
+    if space is None:
+        try:
+            return orbit_loops(base, name, memory_budget=memory_budget, space="a")
+        except MemoryBudgetError:
+            return orbit_loops(base, name, memory_budget=memory_budget, space="i")
+    extent = base.schedule.annotated.forest.spaces.extent(space)
     budget = parse_bytes(memory_budget)
     price = default_step_cost() if step_cost is None else step_cost
     smallest = _build(name, base, 1, space)
