@@ -71,7 +71,7 @@ from .._errors import PlanError
 from ..schedule import ScheduledForest
 from ..schedule.peak import PeakCell, PeakSchedule, dag_path, peak_profile_sweep
 from .execute import RunSettings, block_shape, merge_batches, read_operand, run_body
-from .ir import Instr, Loop, LoweredProgram
+from .ir import Combine, Instr, Loop, LoweredProgram
 
 __all__ = [
     "ShardPlan",
@@ -400,11 +400,38 @@ def run_sharded_body(
         x = padded[s.key] if s.key in padded else s.pad(blocks[s.key])
         sharding = NamedSharding(plan.mesh, s.spec(x.ndim, plan.axis))
         split[s.key] = (s, lax.with_sharding_constraint(jnp.asarray(x, dtype), sharding))
+    scattered: set[int] = set()  # values held split along the mesh axis
     for ins in body:
         if isinstance(ins, Loop):
             env.update(_run_distributed(plan, ins, env, blocks, split, dtype, remat))
+            scattered.update(v for v, _, _ in ins.scatters)
+        elif isinstance(ins, Combine) and any(r.value_id in scattered for r in ins.operands):
+            env[ins.value_id] = _combine_materialised(ins, env, blocks, dtype)
+            scattered.add(ins.value_id)
         else:
             run_body((ins,), env, {}, RunSettings(blocks, dtype, remat))
+
+
+def _combine_materialised(
+    ins: Combine, env: Mapping[int, Any], blocks: Mapping[str, Any], dtype: Any
+) -> Any:
+    """A root ``Combine`` of split values, computed as one matrix-vector product.
+
+    Why: XLA fuses a chain of adds into one fusion (:mod:`..sums`), so every operand of
+    the chain, each permuted piece of a split residual included (an all-to-all's
+    output, the device's share), stays live until the chain's last term exists, across
+    the distributed loops scheduled in between. A ``dot_general`` is never fused with
+    the adds around it: each link of the chain is then computed as soon as its operands
+    exist and the pieces die there. The stacked pair is a transient of two shares.
+    """
+    ops = []
+    for r, perm in zip(ins.operands, ins.perms, strict=True):
+        x = read_operand(r, env, {}, blocks, dtype)
+        ops.append(x if perm == tuple(range(len(perm))) else jnp.transpose(x, perm))
+    coefs = jnp.asarray(ins.coefs, dtype)
+    return lax.dot_general(
+        coefs, jnp.stack(ops), (((0,), (0,)), ((), ())), precision=lax.Precision.HIGHEST
+    )
 
 
 # -- static and XLA memory -----------------------------------------------------------------
