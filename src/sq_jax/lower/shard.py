@@ -57,7 +57,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -214,9 +214,13 @@ def _varying(x: Any, axis: str) -> Any:
 def sharded_inputs(lowered: LoweredProgram, num_devices: int) -> tuple[ShardedInput, ...]:
     """The input blocks that can be held split along one mode (the rest are replicated).
 
-    A block is split when every read of it lies under a distributed root loop and cuts
-    the same mode to that loop's batch, all such loops having one extent and block size
-    (a block read whole anywhere, or at the root, must be seen whole: replicated).
+    A block is split along mode ``p`` when every read of it lies under a distributed
+    root loop (all such loops having one extent and block size) and either cuts ``p``
+    to the root loop's batch (read locally) or, not cut by the root loop, cuts ``p`` by
+    a loop nested in it that walks a mode of the same extent (the window is fetched
+    from the devices holding it, :func:`_fetch_window`; only where the root loop has
+    no padded batch slots, so that every device runs the nested loop in step). A block
+    read whole anywhere, or at the root, must be seen whole: replicated.
 
     Example:
         >>> import sq_jax as sq
@@ -225,31 +229,74 @@ def sharded_inputs(lowered: LoweredProgram, num_devices: int) -> tuple[ShardedIn
         >>> [(s.key, s.position, s.extent, s.padded) for s in sharded_inputs(prog.lowered, 2)]
         [('f{a;a}', 0, 5, 6)]
     """
-    where: dict[str, set[Any]] = {}
+    where: dict[str, list[Any]] = {}
 
-    def visit(body: Sequence[Instr], root: Loop | None) -> None:
+    def visit(body: Sequence[Instr], root: Loop | None, nested: Mapping[Any, Loop]) -> None:
         for ins in body:
             if isinstance(ins, Loop):
-                visit(ins.body, ins if root is None else root)
+                if root is None:
+                    visit(ins.body, ins, {})
+                else:
+                    visit(ins.body, root, {**nested, ins.loop: ins})
                 continue
             for r in ins.operands:
                 if r.input_key is None or r.generated:  # Δ is built, never held split
                     continue
-                cut = [] if root is None else [p for p, lp in r.slices if lp == root.loop]
-                found = (cut[0], root.extent, root.block, root.num_batches) if cut else None
-                where.setdefault(r.input_key, set()).add(None if len(cut) > 1 else found)
+                where.setdefault(r.input_key, []).append(_split_options(r, root, nested, num_devices))
 
-    visit(lowered.body, None)
+    visit(lowered.body, None, {})
     for res in lowered.results:
         if res.read.input_key is not None:
-            where.setdefault(res.read.input_key, set()).add(None)
+            where.setdefault(res.read.input_key, []).append(None)
     out = []
     for key, found in where.items():
-        if len(found) == 1 and None not in found:
-            ((position, extent, block, n),) = found
+        if None in found or len({loop for _, loop in found}) != 1:
+            continue
+        positions = frozenset.intersection(*(options for options, _ in found))
+        if positions:
+            extent, block, n = found[0][1]
             padded = num_devices * -(-n // num_devices) * block
-            out.append(ShardedInput(key, position, extent, padded))
+            out.append(ShardedInput(key, min(positions), extent, padded))
     return tuple(sorted(out, key=lambda s: s.key))
+
+
+def _split_options(
+    read: Any, root: Loop | None, nested: Mapping[Any, Loop], num_devices: int
+) -> tuple[frozenset[int], tuple[int, int, int]] | None:
+    """The modes one read of an input block allows it to be split along, and the loop's
+    ``(extent, block, batches)``; ``None`` where the read needs the block whole."""
+    if root is None:
+        return None
+    cut = [p for p, lp in read.slices if lp == root.loop]
+    if len(cut) == 1:
+        options = frozenset(cut)  # read locally
+    elif not cut and root.num_batches % num_devices == 0:
+        options = frozenset(
+            p for p, lp in read.slices if lp in nested and nested[lp].extent == root.extent
+        )  # fetched window by window
+    else:
+        options = frozenset()
+    return (options, (root.extent, root.block, root.num_batches)) if options else None
+
+
+def _fetch_window(
+    read: Any, split: ShardedInput, ctx: Any, shard: Any, owned: int, axis: str, dtype: Any
+) -> Any:
+    """The window a nested loop cuts from a split block, summed from the devices.
+
+    Every device takes the part of the window its shard holds (zeros elsewhere: a
+    gather that fills out-of-range indices) and one ``psum`` assembles it, so each
+    device holds one window, never the whole block. All devices must call this in
+    step (the root loop has no masked batch slots, :func:`_split_options`).
+    """
+    others = tuple((p, lp) for p, lp in read.slices if p != split.position)
+    (inner,) = (lp for p, lp in read.slices if p == split.position)
+    x = read_operand(replace(read, slices=others), {}, ctx, {read.input_key: shard}, dtype)
+    start, size, _ = ctx[inner]
+    first = start - lax.axis_index(axis).astype(jnp.asarray(start).dtype) * owned
+    idx = first + jnp.arange(size)
+    part = jnp.take(x, idx, axis=split.position, mode="fill", fill_value=0)
+    return lax.psum(part, axis)
 
 
 def _shift_left(x: Any, shift: Any, position: int) -> Any:
@@ -298,6 +345,9 @@ def _run_distributed(
 
             def read(r: Any, env_r: Any, ctx: Any, blocks_r: Any, dt: Any) -> Any:
                 cut = [p for p, lp in r.slices if lp == loop.loop]
+                if not cut and r.input_key in local_keys and not r.generated:
+                    shard = blocks_r[r.input_key]
+                    return _fetch_window(r, split[r.input_key][0], ctx, shard, m * block, axis, dt)
                 if not cut:
                     return read_operand(r, env_r, ctx, blocks_r, dt)
                 if r.input_key in local_keys:
@@ -333,7 +383,10 @@ def _run_distributed(
                 zeros = jax.tree.map(lambda s: _varying(jnp.zeros(s.shape, s.dtype), axis), shapes)
                 return zeros[0], cross, zeros[2]
 
-            part, cross, pieces = lax.cond(k < n, lambda: run(k, j), noop)
+            if m * plan.size == n:  # no padded slot: no cond (nested fetches run in step)
+                part, cross, pieces = run(k, j)
+            else:
+                part, cross, pieces = lax.cond(k < n, lambda: run(k, j), noop)
             return (tuple(a + b for a, b in zip(acc, part, strict=True)), cross), pieces
 
         init = jax.tree.map(
