@@ -270,7 +270,7 @@ def _split_options(
     cut = [p for p, lp in read.slices if lp == root.loop]
     if len(cut) == 1:
         options = frozenset(cut)  # read locally
-    elif not cut and root.num_batches % num_devices == 0:
+    elif not cut:
         options = frozenset(
             p for p, lp in read.slices if lp in nested and nested[lp].extent == root.extent
         )  # fetched window by window
@@ -295,8 +295,21 @@ def _fetch_window(
     start, size, _ = ctx[inner]
     first = start - lax.axis_index(axis).astype(jnp.asarray(start).dtype) * owned
     idx = first + jnp.arange(size)
-    part = jnp.take(x, idx, axis=split.position, mode="fill", fill_value=0)
+    held = (idx >= 0) & (idx < owned)  # (jnp.take would wrap negative indices)
+    part = jnp.take(x, jnp.clip(idx, 0, owned - 1), axis=split.position)
+    shape = [1] * x.ndim
+    shape[split.position] = size
+    part = jnp.where(held.reshape(shape), part, jnp.zeros((), part.dtype))
     return lax.psum(part, axis)
+
+
+def _reads(body: Sequence[Instr]) -> Any:
+    """Every operand read in ``body``, nested loops included."""
+    for ins in body:
+        if isinstance(ins, Loop):
+            yield from _reads(ins.body)
+        else:
+            yield from ins.operands
 
 
 def _shift_left(x: Any, shift: Any, position: int) -> Any:
@@ -325,6 +338,10 @@ def _run_distributed(
     scatters = [(v, p) for v, p, _ in loop.scatters]
     full_ctx = {loop.loop: (0, block, None)}
     local_keys = set(split)
+    fetches = any(
+        r.input_key in local_keys and not r.generated and all(lp != loop.loop for _, lp in r.slices)
+        for r in _reads(loop.body)
+    )
 
     def per_device(env_in: dict[int, Any], blocks_in: dict[str, Any], shards: Any) -> Any:
         # Mark every input varying once, here: its transpose (a psum of the cotangents)
@@ -383,7 +400,9 @@ def _run_distributed(
                 zeros = jax.tree.map(lambda s: _varying(jnp.zeros(s.shape, s.dtype), axis), shapes)
                 return zeros[0], cross, zeros[2]
 
-            if m * plan.size == n:  # no padded slot: no cond (nested fetches run in step)
+            if m * plan.size == n or fetches:
+                # fetched windows are collectives: every device runs every slot in step;
+                # a padded slot reads zeros past the extent, so it adds nothing
                 part, cross, pieces = run(k, j)
             else:
                 part, cross, pieces = lax.cond(k < n, lambda: run(k, j), noop)
