@@ -315,8 +315,12 @@ def _reads(body: Sequence[Instr]) -> Any:
 def _shift_left(x: Any, shift: Any, position: int) -> Any:
     """``y[j] = x[j + shift]`` along ``position``, zeros past the end (``0 <= shift``)."""
     size = x.shape[position]
-    both = jnp.concatenate([x, jnp.zeros_like(x)], axis=position)
-    return lax.dynamic_slice_in_dim(both, shift, size, axis=position)
+    # a gather, not a slice of x padded with zeros: no buffer twice the batch's size
+    idx = jnp.arange(size) + shift
+    y = jnp.take(x, jnp.minimum(idx, size - 1), axis=position)
+    shape = [1] * x.ndim
+    shape[position] = size
+    return jnp.where((idx < size).reshape(shape), y, jnp.zeros((), y.dtype))
 
 
 def _run_distributed(
