@@ -23,17 +23,22 @@ differentiate. The batch *index range* is padded to ``D*m``; the padded indices 
 last devices take the no-op branch of a ``lax.cond`` and compute nothing.
 
 Memory is divided by splitting the inputs (:func:`sharded_inputs`): an input block
-whose every read cuts one mode to the batch of a distributed root loop is zero-padded
-along that mode to ``D*m*block`` elements and held split over the mesh, so device ``d``
-holds exactly the elements of its own batches (``1/D`` of the padded block) and reads
-them locally. A block read whole anywhere (or at the root) is replicated: a loop must
-see it whole. Batch ``k`` always covers ``[k*block, k*block+block)``; an operand that is
-not split is cut where it fits and shifted so that elements past the extent read as
-zero. The equations are polynomial in the inputs, so every value computed in a batch is
-exactly zero past the extent: sums are exact and scattered pieces are cut to the extent.
+whose every read cuts one mode to the batch of a distributed root loop, or cuts it by a
+loop nested in that one, is zero-padded along that mode to ``D*m*block`` elements and
+held split over the mesh, so device ``d`` holds exactly the elements of its own batches
+(``1/D`` of the padded block). A read cut by the root loop is local; a nested loop's
+window is summed from the devices that hold it (:func:`_fetch_window`, one ``psum``),
+so all devices run such a loop's batch slots in step (padded ones too, on zeros). A
+block read whole anywhere (or at the root) is replicated: a loop must see it whole.
+Batch ``k`` always covers ``[k*block, k*block+block)``; an operand that is not split is
+cut where it fits and shifted so that elements past the extent read as zero. The
+equations are polynomial in the inputs, so every value computed in a batch is exactly
+zero past the extent: sums are exact and scattered pieces are cut to the extent.
 Values built in the loop stay per device; Scatter escapes leave ``shard_map`` split
 along the mesh axis and stay so (XLA moves them only where a later step needs them
-whole); Sum escapes are all-reduced.
+whole); Sum escapes are all-reduced. A root ``Combine`` of split values is one
+matrix-vector product (:func:`_combine_materialised`), so XLA does not fuse the whole
+chain of such sums, holding every permuted piece until its end.
 
 What stays replicated: input blocks read whole somewhere, every value computed outside
 the distributed loops (computed redundantly), Sum escapes and loop carries.
@@ -56,7 +61,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -71,7 +76,7 @@ from .._errors import PlanError
 from ..schedule import ScheduledForest
 from ..schedule.peak import PeakCell, PeakSchedule, dag_path, peak_profile_sweep
 from .execute import RunSettings, block_shape, merge_batches, read_operand, run_body
-from .ir import Combine, Instr, Loop, LoweredProgram
+from .ir import Combine, Instr, Loop, LoweredProgram, Read
 
 __all__ = [
     "ShardPlan",
@@ -242,7 +247,9 @@ def sharded_inputs(lowered: LoweredProgram, num_devices: int) -> tuple[ShardedIn
             for r in ins.operands:
                 if r.input_key is None or r.generated:  # Δ is built, never held split
                     continue
-                where.setdefault(r.input_key, []).append(_split_options(r, root, nested, num_devices))
+                where.setdefault(r.input_key, []).append(
+                    _split_options(r, root, nested, num_devices)
+                )
 
     visit(lowered.body, None, {})
     for res in lowered.results:
@@ -261,10 +268,13 @@ def sharded_inputs(lowered: LoweredProgram, num_devices: int) -> tuple[ShardedIn
 
 
 def _split_options(
-    read: Any, root: Loop | None, nested: Mapping[Any, Loop], num_devices: int
+    read: Read, root: Loop | None, nested: Mapping[Any, Loop], num_devices: int
 ) -> tuple[frozenset[int], tuple[int, int, int]] | None:
-    """The modes one read of an input block allows it to be split along, and the loop's
-    ``(extent, block, batches)``; ``None`` where the read needs the block whole."""
+    """The modes one read of an input block allows it to be split along.
+
+    Returned with the root loop's ``(extent, block, batches)``; ``None`` where the read
+    needs the block whole (at the root, or not cut along one mode by the loops).
+    """
     if root is None:
         return None
     cut = [p for p, lp in read.slices if lp == root.loop]
@@ -280,7 +290,7 @@ def _split_options(
 
 
 def _fetch_window(
-    read: Any, split: ShardedInput, ctx: Any, shard: Any, owned: int, axis: str, dtype: Any
+    read: Read, split: ShardedInput, ctx: Any, shard: Any, owned: int, axis: str, dtype: Any
 ) -> Any:
     """The window a nested loop cuts from a split block, summed from the devices.
 
@@ -303,7 +313,7 @@ def _fetch_window(
     return lax.psum(part, axis)
 
 
-def _reads(body: Sequence[Instr]) -> Any:
+def _reads(body: Sequence[Instr]) -> Iterator[Read]:
     """Every operand read in ``body``, nested loops included."""
     for ins in body:
         if isinstance(ins, Loop):
