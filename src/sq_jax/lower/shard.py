@@ -223,9 +223,8 @@ def sharded_inputs(lowered: LoweredProgram, num_devices: int) -> tuple[ShardedIn
     root loop (all such loops having one extent and block size) and either cuts ``p``
     to the root loop's batch (read locally) or, not cut by the root loop, cuts ``p`` by
     a loop nested in it that walks a mode of the same extent (the window is fetched
-    from the devices holding it, :func:`_fetch_window`; only where the root loop has
-    no padded batch slots, so that every device runs the nested loop in step). A block
-    read whole anywhere, or at the root, must be seen whole: replicated.
+    from the devices holding it, :func:`_fetch_window`). A block read whole anywhere,
+    or at the root, must be seen whole: replicated.
 
     Example:
         >>> import sq_jax as sq
@@ -247,9 +246,7 @@ def sharded_inputs(lowered: LoweredProgram, num_devices: int) -> tuple[ShardedIn
             for r in ins.operands:
                 if r.input_key is None or r.generated:  # Δ is built, never held split
                     continue
-                where.setdefault(r.input_key, []).append(
-                    _split_options(r, root, nested, num_devices)
-                )
+                where.setdefault(r.input_key, []).append(_split_options(r, root, nested))
 
     visit(lowered.body, None, {})
     for res in lowered.results:
@@ -268,7 +265,7 @@ def sharded_inputs(lowered: LoweredProgram, num_devices: int) -> tuple[ShardedIn
 
 
 def _split_options(
-    read: Read, root: Loop | None, nested: Mapping[Any, Loop], num_devices: int
+    read: Read, root: Loop | None, nested: Mapping[Any, Loop]
 ) -> tuple[frozenset[int], tuple[int, int, int]] | None:
     """The modes one read of an input block allows it to be split along.
 
@@ -294,10 +291,10 @@ def _fetch_window(
 ) -> Any:
     """The window a nested loop cuts from a split block, summed from the devices.
 
-    Every device takes the part of the window its shard holds (zeros elsewhere: a
-    gather that fills out-of-range indices) and one ``psum`` assembles it, so each
-    device holds one window, never the whole block. All devices must call this in
-    step (the root loop has no masked batch slots, :func:`_split_options`).
+    Every device takes the part of the window its shard holds (zeros elsewhere) and
+    one ``psum`` assembles it, so each device holds one window, never the whole block.
+    All devices must call this in step: a root loop that fetches runs every batch slot,
+    padded ones included (:func:`_run_distributed`).
     """
     others = tuple((p, lp) for p, lp in read.slices if p != split.position)
     (inner,) = (lp for p, lp in read.slices if p == split.position)
