@@ -23,17 +23,22 @@ differentiate. The batch *index range* is padded to ``D*m``; the padded indices 
 last devices take the no-op branch of a ``lax.cond`` and compute nothing.
 
 Memory is divided by splitting the inputs (:func:`sharded_inputs`): an input block
-whose every read cuts one mode to the batch of a distributed root loop is zero-padded
-along that mode to ``D*m*block`` elements and held split over the mesh, so device ``d``
-holds exactly the elements of its own batches (``1/D`` of the padded block) and reads
-them locally. A block read whole anywhere (or at the root) is replicated: a loop must
-see it whole. Batch ``k`` always covers ``[k*block, k*block+block)``; an operand that is
-not split is cut where it fits and shifted so that elements past the extent read as
-zero. The equations are polynomial in the inputs, so every value computed in a batch is
-exactly zero past the extent: sums are exact and scattered pieces are cut to the extent.
+whose every read cuts one mode to the batch of a distributed root loop, or cuts it by a
+loop nested in that one, is zero-padded along that mode to ``D*m*block`` elements and
+held split over the mesh, so device ``d`` holds exactly the elements of its own batches
+(``1/D`` of the padded block). A read cut by the root loop is local; a nested loop's
+window is summed from the devices that hold it (:func:`_fetch_window`, one ``psum``),
+so all devices run such a loop's batch slots in step (padded ones too, on zeros). A
+block read whole anywhere (or at the root) is replicated: a loop must see it whole.
+Batch ``k`` always covers ``[k*block, k*block+block)``; an operand that is not split is
+cut where it fits and shifted so that elements past the extent read as zero. The
+equations are polynomial in the inputs, so every value computed in a batch is exactly
+zero past the extent: sums are exact and scattered pieces are cut to the extent.
 Values built in the loop stay per device; Scatter escapes leave ``shard_map`` split
 along the mesh axis and stay so (XLA moves them only where a later step needs them
-whole); Sum escapes are all-reduced.
+whole); Sum escapes are all-reduced. A root ``Combine`` of split values is one
+matrix-vector product (:func:`_combine_materialised`), so XLA does not fuse the whole
+chain of such sums, holding every permuted piece until its end.
 
 What stays replicated: input blocks read whole somewhere, every value computed outside
 the distributed loops (computed redundantly), Sum escapes and loop carries.
@@ -56,8 +61,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -71,7 +76,7 @@ from .._errors import PlanError
 from ..schedule import ScheduledForest
 from ..schedule.peak import PeakCell, PeakSchedule, dag_path, peak_profile_sweep
 from .execute import RunSettings, block_shape, merge_batches, read_operand, run_body
-from .ir import Instr, Loop, LoweredProgram
+from .ir import Combine, Instr, Loop, LoweredProgram, Read
 
 __all__ = [
     "ShardPlan",
@@ -214,9 +219,12 @@ def _varying(x: Any, axis: str) -> Any:
 def sharded_inputs(lowered: LoweredProgram, num_devices: int) -> tuple[ShardedInput, ...]:
     """The input blocks that can be held split along one mode (the rest are replicated).
 
-    A block is split when every read of it lies under a distributed root loop and cuts
-    the same mode to that loop's batch, all such loops having one extent and block size
-    (a block read whole anywhere, or at the root, must be seen whole: replicated).
+    A block is split along mode ``p`` when every read of it lies under a distributed
+    root loop (all such loops having one extent and block size) and either cuts ``p``
+    to the root loop's batch (read locally) or, not cut by the root loop, cuts ``p`` by
+    a loop nested in it that walks a mode of the same extent (the window is fetched
+    from the devices holding it, :func:`_fetch_window`). A block read whole anywhere,
+    or at the root, must be seen whole: replicated.
 
     Example:
         >>> import sq_jax as sq
@@ -225,38 +233,101 @@ def sharded_inputs(lowered: LoweredProgram, num_devices: int) -> tuple[ShardedIn
         >>> [(s.key, s.position, s.extent, s.padded) for s in sharded_inputs(prog.lowered, 2)]
         [('f{a;a}', 0, 5, 6)]
     """
-    where: dict[str, set[Any]] = {}
+    where: dict[str, list[Any]] = {}
 
-    def visit(body: Sequence[Instr], root: Loop | None) -> None:
+    def visit(body: Sequence[Instr], root: Loop | None, nested: Mapping[Any, Loop]) -> None:
         for ins in body:
             if isinstance(ins, Loop):
-                visit(ins.body, ins if root is None else root)
+                if root is None:
+                    visit(ins.body, ins, {})
+                else:
+                    visit(ins.body, root, {**nested, ins.loop: ins})
                 continue
             for r in ins.operands:
                 if r.input_key is None or r.generated:  # Δ is built, never held split
                     continue
-                cut = [] if root is None else [p for p, lp in r.slices if lp == root.loop]
-                found = (cut[0], root.extent, root.block, root.num_batches) if cut else None
-                where.setdefault(r.input_key, set()).add(None if len(cut) > 1 else found)
+                where.setdefault(r.input_key, []).append(_split_options(r, root, nested))
 
-    visit(lowered.body, None)
+    visit(lowered.body, None, {})
     for res in lowered.results:
         if res.read.input_key is not None:
-            where.setdefault(res.read.input_key, set()).add(None)
+            where.setdefault(res.read.input_key, []).append(None)
     out = []
     for key, found in where.items():
-        if len(found) == 1 and None not in found:
-            ((position, extent, block, n),) = found
+        if None in found or len({loop for _, loop in found}) != 1:
+            continue
+        positions = frozenset.intersection(*(options for options, _ in found))
+        if positions:
+            extent, block, n = found[0][1]
             padded = num_devices * -(-n // num_devices) * block
-            out.append(ShardedInput(key, position, extent, padded))
+            out.append(ShardedInput(key, min(positions), extent, padded))
     return tuple(sorted(out, key=lambda s: s.key))
+
+
+def _split_options(
+    read: Read, root: Loop | None, nested: Mapping[Any, Loop]
+) -> tuple[frozenset[int], tuple[int, int, int]] | None:
+    """The modes one read of an input block allows it to be split along.
+
+    Returned with the root loop's ``(extent, block, batches)``; ``None`` where the read
+    needs the block whole (at the root, or not cut along one mode by the loops).
+    """
+    if root is None:
+        return None
+    cut = [p for p, lp in read.slices if lp == root.loop]
+    if len(cut) == 1:
+        options = frozenset(cut)  # read locally
+    elif not cut:
+        options = frozenset(
+            p for p, lp in read.slices if lp in nested and nested[lp].extent == root.extent
+        )  # fetched window by window
+    else:
+        options = frozenset()
+    return (options, (root.extent, root.block, root.num_batches)) if options else None
+
+
+def _fetch_window(
+    read: Read, split: ShardedInput, ctx: Any, shard: Any, owned: int, axis: str, dtype: Any
+) -> Any:
+    """The window a nested loop cuts from a split block, summed from the devices.
+
+    Every device takes the part of the window its shard holds (zeros elsewhere) and
+    one ``psum`` assembles it, so each device holds one window, never the whole block.
+    All devices must call this in step: a root loop that fetches runs every batch slot,
+    padded ones included (:func:`_run_distributed`).
+    """
+    others = tuple((p, lp) for p, lp in read.slices if p != split.position)
+    (inner,) = (lp for p, lp in read.slices if p == split.position)
+    x = read_operand(replace(read, slices=others), {}, ctx, {read.input_key: shard}, dtype)
+    start, size, _ = ctx[inner]
+    first = start - lax.axis_index(axis).astype(jnp.asarray(start).dtype) * owned
+    idx = first + jnp.arange(size)
+    held = (idx >= 0) & (idx < owned)  # (jnp.take would wrap negative indices)
+    part = jnp.take(x, jnp.clip(idx, 0, owned - 1), axis=split.position)
+    shape = [1] * x.ndim
+    shape[split.position] = size
+    part = jnp.where(held.reshape(shape), part, jnp.zeros((), part.dtype))
+    return lax.psum(part, axis)
+
+
+def _reads(body: Sequence[Instr]) -> Iterator[Read]:
+    """Every operand read in ``body``, nested loops included."""
+    for ins in body:
+        if isinstance(ins, Loop):
+            yield from _reads(ins.body)
+        else:
+            yield from ins.operands
 
 
 def _shift_left(x: Any, shift: Any, position: int) -> Any:
     """``y[j] = x[j + shift]`` along ``position``, zeros past the end (``0 <= shift``)."""
     size = x.shape[position]
-    both = jnp.concatenate([x, jnp.zeros_like(x)], axis=position)
-    return lax.dynamic_slice_in_dim(both, shift, size, axis=position)
+    # a gather, not a slice of x padded with zeros: no buffer twice the batch's size
+    idx = jnp.arange(size) + shift
+    y = jnp.take(x, jnp.minimum(idx, size - 1), axis=position)
+    shape = [1] * x.ndim
+    shape[position] = size
+    return jnp.where((idx < size).reshape(shape), y, jnp.zeros((), y.dtype))
 
 
 def _run_distributed(
@@ -278,6 +349,10 @@ def _run_distributed(
     scatters = [(v, p) for v, p, _ in loop.scatters]
     full_ctx = {loop.loop: (0, block, None)}
     local_keys = set(split)
+    fetches = any(
+        r.input_key in local_keys and not r.generated and all(lp != loop.loop for _, lp in r.slices)
+        for r in _reads(loop.body)
+    )
 
     def per_device(env_in: dict[int, Any], blocks_in: dict[str, Any], shards: Any) -> Any:
         # Mark every input varying once, here: its transpose (a psum of the cotangents)
@@ -298,6 +373,9 @@ def _run_distributed(
 
             def read(r: Any, env_r: Any, ctx: Any, blocks_r: Any, dt: Any) -> Any:
                 cut = [p for p, lp in r.slices if lp == loop.loop]
+                if not cut and r.input_key in local_keys and not r.generated:
+                    shard = blocks_r[r.input_key]
+                    return _fetch_window(r, split[r.input_key][0], ctx, shard, m * block, axis, dt)
                 if not cut:
                     return read_operand(r, env_r, ctx, blocks_r, dt)
                 if r.input_key in local_keys:
@@ -333,7 +411,12 @@ def _run_distributed(
                 zeros = jax.tree.map(lambda s: _varying(jnp.zeros(s.shape, s.dtype), axis), shapes)
                 return zeros[0], cross, zeros[2]
 
-            part, cross, pieces = lax.cond(k < n, lambda: run(k, j), noop)
+            if m * plan.size == n or fetches:
+                # fetched windows are collectives: every device runs every slot in step;
+                # a padded slot reads zeros past the extent, so it adds nothing
+                part, cross, pieces = run(k, j)
+            else:
+                part, cross, pieces = lax.cond(k < n, lambda: run(k, j), noop)
             return (tuple(a + b for a, b in zip(acc, part, strict=True)), cross), pieces
 
         init = jax.tree.map(
@@ -400,11 +483,38 @@ def run_sharded_body(
         x = padded[s.key] if s.key in padded else s.pad(blocks[s.key])
         sharding = NamedSharding(plan.mesh, s.spec(x.ndim, plan.axis))
         split[s.key] = (s, lax.with_sharding_constraint(jnp.asarray(x, dtype), sharding))
+    scattered: set[int] = set()  # values held split along the mesh axis
     for ins in body:
         if isinstance(ins, Loop):
             env.update(_run_distributed(plan, ins, env, blocks, split, dtype, remat))
+            scattered.update(v for v, _, _ in ins.scatters)
+        elif isinstance(ins, Combine) and any(r.value_id in scattered for r in ins.operands):
+            env[ins.value_id] = _combine_materialised(ins, env, blocks, dtype)
+            scattered.add(ins.value_id)
         else:
             run_body((ins,), env, {}, RunSettings(blocks, dtype, remat))
+
+
+def _combine_materialised(
+    ins: Combine, env: Mapping[int, Any], blocks: Mapping[str, Any], dtype: Any
+) -> Any:
+    """A root ``Combine`` of split values, computed as one matrix-vector product.
+
+    Why: XLA fuses a chain of adds into one fusion (:mod:`..sums`), so every operand of
+    the chain, each permuted piece of a split residual included (an all-to-all's
+    output, the device's share), stays live until the chain's last term exists, across
+    the distributed loops scheduled in between. A ``dot_general`` is never fused with
+    the adds around it: each link of the chain is then computed as soon as its operands
+    exist and the pieces die there. The stacked pair is a transient of two shares.
+    """
+    ops = []
+    for r, perm in zip(ins.operands, ins.perms, strict=True):
+        x = read_operand(r, env, {}, blocks, dtype)
+        ops.append(x if perm == tuple(range(len(perm))) else jnp.transpose(x, perm))
+    coefs = jnp.asarray(ins.coefs, dtype)
+    return lax.dot_general(
+        coefs, jnp.stack(ops), (((0,), (0,)), ((), ())), precision=lax.Precision.HIGHEST
+    )
 
 
 # -- static and XLA memory -----------------------------------------------------------------
