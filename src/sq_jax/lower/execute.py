@@ -161,13 +161,14 @@ def contract(ins: Contract, ops: list[Any]) -> Any:
     return _matmul(plan, lhs, rhs).reshape(shape)
 
 
-def contract_group(plan: GemmPlan, coefs: Any, operands: list[list[Any]]) -> Any:
+def contract_group(plan: GemmPlan, coefs: Any, operands: list[list[Any]], scaled: int = 0) -> Any:
     """``sum_g coefs[g] * product_g`` of products that share ``plan`` and their shapes.
 
     One ``dot_general``: each side's operands are concatenated along their first
     contracted mode, so the products' sum is one product over ``G * K`` contracted
-    elements (the coefficients scale the left matrix along it). One concatenation per
-    side, whatever ``G``: tracing and XLA's kernels stay few.
+    elements (the coefficients scale operand ``scaled``'s matrix along it: a copy, so
+    the smaller one). One concatenation per side, whatever ``G``: tracing and XLA's
+    kernels stay few.
 
     Example:
         >>> import numpy as np
@@ -188,11 +189,12 @@ def contract_group(plan: GemmPlan, coefs: Any, operands: list[list[Any]]) -> Any
         first_k = nb + (0 if k_first else (nfl if is_lhs else nfr))
         xs = [ops[caller] if perm is None else jnp.transpose(ops[caller], perm) for ops in operands]
         stacked[caller] = jnp.concatenate(xs, axis=first_k)
-    lhs, rhs, shape = _matrices(dataclasses.replace(plan, perms=(None, None)), stacked)
-    k = lhs.shape[-2] if plan.lhs_k_first else lhs.shape[-1]
-    scale = jnp.repeat(jnp.asarray(coefs, lhs.dtype), k // len(operands))
-    lhs = lhs * (scale[:, None] if plan.lhs_k_first else scale)
-    return _matmul(plan, lhs, rhs).reshape(shape)
+    sides = list(_matrices(dataclasses.replace(plan, perms=(None, None)), stacked))
+    side, k_first = (0, plan.lhs_k_first) if scaled == plan.swap else (1, plan.rhs_k_first)
+    x = sides[side]
+    scale = jnp.repeat(jnp.asarray(coefs, x.dtype), x.shape[-2 if k_first else -1] // len(operands))
+    sides[side] = x * (scale[:, None] if k_first else scale)
+    return _matmul(plan, sides[0], sides[1]).reshape(sides[2])
 
 
 def _operands(ins: Contract, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> list[Any]:
@@ -242,7 +244,7 @@ def _group_sum(group: ProductGroup, env: Mapping[int, Any], ctx: Ctx, run: RunSe
     assert plan is not None
     coefs = jnp.asarray(group.coefs, run.dtype)
     ops = [_operands(ins, env, ctx, run) for ins in group.products]
-    x = contract_group(plan, coefs, ops)
+    x = contract_group(plan, coefs, ops, group.scaled)
     return x if group.perm == tuple(range(len(group.perm))) else jnp.transpose(x, group.perm)
 
 

@@ -39,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -77,6 +78,20 @@ class ProductGroup:
     """Per product, its coefficient in the sum."""
     perm: tuple[int, ...]
     """The transpose that brings every product to the sum's mode order."""
+
+    @property
+    def scaled(self) -> int:
+        """The operand (0 or 1) the coefficients scale: the smaller one (fewer copied bytes).
+
+        Example:
+            >>> from sq_jax.lower.ir import Read
+            >>> big, small = Read(1, dims=((9, None), (9, None))), Read(2, dims=((9, None),))
+            >>> product = Contract(0, "ab,b->a", (big, small), ((9, None),))
+            >>> ProductGroup((product,), (1.0,), (0,)).scaled
+            1
+        """
+        sizes = [math.prod(extent for extent, _ in r.dims) for r in self.products[0].operands]
+        return 1 if sizes[1] < sizes[0] else 0
 
 
 @dataclass(frozen=True, slots=True)
