@@ -14,11 +14,13 @@ not change.
 Even cut, a sum of ``n`` products still compiles ``2 n`` kernels (each product's
 ``dot_general`` and the transpose bringing it to the sum's mode order). So the products
 of a piece that contract alike (a :class:`ProductGroup`: same matrix-product plan,
-operand shapes and transpose) run as *one* ``dot_general``: their operands are stacked
-along a new axis that joins the contracted modes, and the coefficients scale the
-stacked left operand, so the group's sum is a single matrix product. Kernels then grow
-with the number of groups, not of terms. Such a product is not run where it stands:
-the cut runs it (:attr:`SumPlan.skip`), as it does the chain's adds before the cut.
+operand shapes and transpose) run as *one* ``dot_general``: each side's operands are
+concatenated along their first contracted mode and the coefficients scale the smaller
+side along it, so the group's sum is a single matrix product
+(:func:`sq_jax.lower.execute.contract_group`). Kernels then grow with the number of
+groups, not of terms (``bench/README.md``, W8: pieces of 256 compile fastest; groups in
+pieces of 64 cost more than they save). Such a product is not run where it stands: the
+cut runs it (:attr:`SumPlan.skip`), as it does the chain's adds before the cut.
 
 :func:`plan_sums` finds the cuts and groups of one body statically: both the
 interpreter (:mod:`sq_jax.lower.execute`) and the memory model
