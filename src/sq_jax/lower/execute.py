@@ -15,8 +15,9 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,14 +28,16 @@ from jax import lax
 from ..forest.denominators import build_denominator
 from ..forest.reference import scalar_value
 from ..schedule.ir import LoopId
+from .gemm import GemmPlan
 from .ir import Combine, Contract, Instr, Loop, Read
-from .sums import SumTerm, sum_cuts
+from .sums import ProductGroup, SumCut, plan_sums
 
 __all__ = [
     "Ctx",
     "RunSettings",
     "block_shape",
     "contract",
+    "contract_group",
     "merge_batches",
     "read_operand",
     "run_body",
@@ -106,21 +109,11 @@ def _mask(x: Any, position: int, size: int, valid_from: Any) -> Any:
     return jnp.where(keep, x, jnp.zeros((), x.dtype))
 
 
-def contract(ins: Contract, ops: list[Any]) -> Any:
-    """One contraction: ``dot_general`` on grouped 2-D/3-D views (:mod:`..gemm`).
+def _matrices(plan: GemmPlan, ops: list[Any]) -> tuple[Any, Any, tuple[int, ...]]:
+    """The left and right matrices (2-D, or 3-D with the batch) of a planned product.
 
-    Without a gemm plan (a mode twice on one operand) it runs as ``einsum``.
-
-    Example:
-        >>> import numpy as np
-        >>> from sq_jax.lower.ir import Read
-        >>> ins = Contract(0, "ab,bc->ac", (Read(1), Read(2)), ())
-        >>> contract(ins, [np.eye(2), np.ones((2, 3))]).tolist()
-        [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
+    Returns them and the shape the product comes out in (batch, left free, right free).
     """
-    plan = ins.gemm
-    if plan is None:
-        return jnp.einsum(ins.spec, *ops, precision=lax.Precision.HIGHEST)
     ops = [
         x if perm is None else jnp.transpose(x, perm)
         for x, perm in zip(ops, plan.perms, strict=True)
@@ -137,26 +130,103 @@ def contract(ins: Contract, ops: list[Any]) -> Any:
     lead = (b,) if nb else ()
     lhs = lhs.reshape(lead + ((k, fl) if plan.lhs_k_first else (fl, k)))
     rhs = rhs.reshape(lead + ((k, fr) if plan.rhs_k_first else (fr, k)))
-    lc = len(lead) + (0 if plan.lhs_k_first else 1)
-    rc = len(lead) + (0 if plan.rhs_k_first else 1)
-    dims = (((lc,), (rc,)), ((0,), (0,)) if nb else ((), ()))
-    out = lax.dot_general(lhs, rhs, dims, precision=lax.Precision.HIGHEST)
-    return out.reshape(batch + lfree + rfree)
+    return lhs, rhs, batch + lfree + rfree
 
 
-def run_body(body: tuple[Instr, ...], env: dict[int, Any], ctx: Ctx, run: RunSettings) -> None:
-    """Run ``body`` in order, storing each produced value in ``env``."""
-    cuts = sum_cuts(body)
+def _matmul(plan: GemmPlan, lhs: Any, rhs: Any) -> Any:
+    """``dot_general`` of the matrices of :func:`_matrices` over their contracted axis."""
+    lead = 1 if plan.groups[0] else 0
+    lc = lead + (0 if plan.lhs_k_first else 1)
+    rc = lead + (0 if plan.rhs_k_first else 1)
+    dims = (((lc,), (rc,)), ((0,), (0,)) if lead else ((), ()))
+    return lax.dot_general(lhs, rhs, dims, precision=lax.Precision.HIGHEST)
+
+
+def contract(ins: Contract, ops: list[Any]) -> Any:
+    """One contraction: ``dot_general`` on grouped 2-D/3-D views (:mod:`..gemm`).
+
+    Without a gemm plan (a mode twice on one operand) it runs as ``einsum``.
+
+    Example:
+        >>> import numpy as np
+        >>> from sq_jax.lower.ir import Read
+        >>> ins = Contract(0, "ab,bc->ac", (Read(1), Read(2)), ())
+        >>> contract(ins, [np.eye(2), np.ones((2, 3))]).tolist()
+        [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
+    """
+    plan = ins.gemm
+    if plan is None:
+        return jnp.einsum(ins.spec, *ops, precision=lax.Precision.HIGHEST)
+    lhs, rhs, shape = _matrices(plan, ops)
+    return _matmul(plan, lhs, rhs).reshape(shape)
+
+
+def contract_group(plan: GemmPlan, coefs: Any, operands: list[list[Any]], scaled: int = 0) -> Any:
+    """``sum_g coefs[g] * product_g`` of products that share ``plan`` and their shapes.
+
+    One ``dot_general``: each side's operands are concatenated along their first
+    contracted mode, so the products' sum is one product over ``G * K`` contracted
+    elements (the coefficients scale operand ``scaled``'s matrix along it: a copy, so
+    the smaller one). One concatenation per side, whatever ``G``: tracing and XLA's
+    kernels stay few.
+
+    Example:
+        >>> import numpy as np
+        >>> from sq_jax.lower.gemm import plan_gemm
+        >>> from sq_jax.expr.nodes import Index
+        >>> a, b, c = Index("a", 1), Index("a", 2), Index("a", 3)
+        >>> plan = plan_gemm((a, b), (b, c), (a, c), (8, 8))
+        >>> x, y = np.arange(4.0).reshape(2, 2), np.ones((2, 2))
+        >>> contract_group(plan, np.array([1.0, -2.0]), [[x, y], [y, x]]).tolist()  # xy - 2 yx
+        [[-3.0, -7.0], [1.0, -3.0]]
+    """
+    nb, nfl, nk, nfr = plan.groups
+    assert nk > 0, "products without a contracted mode are not grouped"
+    stacked: list[Any] = [None, None]
+    for caller, perm in enumerate(plan.perms):
+        is_lhs = caller == (1 if plan.swap else 0)
+        k_first = plan.lhs_k_first if is_lhs else plan.rhs_k_first
+        first_k = nb + (0 if k_first else (nfl if is_lhs else nfr))
+        xs = [ops[caller] if perm is None else jnp.transpose(ops[caller], perm) for ops in operands]
+        stacked[caller] = jnp.concatenate(xs, axis=first_k)
+    sides = list(_matrices(dataclasses.replace(plan, perms=(None, None)), stacked))
+    side, k_first = (0, plan.lhs_k_first) if scaled == plan.swap else (1, plan.rhs_k_first)
+    x = sides[side]
+    scale = jnp.repeat(jnp.asarray(coefs, x.dtype), x.shape[-2 if k_first else -1] // len(operands))
+    sides[side] = x * (scale[:, None] if k_first else scale)
+    return _matmul(plan, sides[0], sides[1]).reshape(sides[2])
+
+
+def _operands(ins: Contract, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> list[Any]:
+    """A product's operands cut to the current batches, masked where batches overlap."""
+    ops = [run.read(r, env, ctx, run.blocks, run.dtype) for r in ins.operands]
+    for k, p, lp in ins.masks:
+        _, size, valid_from = ctx[lp]
+        if valid_from is not None:
+            ops[k] = _mask(ops[k], p, size, valid_from)
+    return ops
+
+
+def run_body(
+    body: tuple[Instr, ...],
+    env: dict[int, Any],
+    ctx: Ctx,
+    run: RunSettings,
+    keep: Collection[int] = (),
+) -> None:
+    """Run ``body`` in order, storing each produced value in ``env``.
+
+    ``keep``: values read after the body (loop escapes, results); the cuts of long sums
+    (:mod:`..sums`) never replace them.
+    """
+    plan = plan_sums(body, keep)
     for k, ins in enumerate(body):
-        if k in cuts:
-            env[ins.value_id] = _sum_piece(cuts[k], env, ctx, run)
+        if k in plan.skip:
+            continue
+        if k in plan.cuts:
+            env[ins.value_id] = _sum_cut(plan.cuts[k], env, ctx, run)
         elif isinstance(ins, Contract):
-            ops = [run.read(r, env, ctx, run.blocks, run.dtype) for r in ins.operands]
-            for k, p, lp in ins.masks:
-                _, size, valid_from = ctx[lp]
-                if valid_from is not None:
-                    ops[k] = _mask(ops[k], p, size, valid_from)
-            env[ins.value_id] = contract(ins, ops)
+            env[ins.value_id] = contract(ins, _operands(ins, env, ctx, run))
         elif isinstance(ins, Combine):
             terms = []
             ops = [run.read(r, env, ctx, run.blocks, run.dtype) for r in ins.operands]
@@ -168,18 +238,28 @@ def run_body(body: tuple[Instr, ...], env: dict[int, Any], ctx: Ctx, run: RunSet
             env.update(run_loop(ins, env, ctx, run))
 
 
-def _sum_piece(
-    terms: tuple[SumTerm, ...], env: Mapping[int, Any], ctx: Ctx, run: RunSettings
-) -> Any:
-    """A cut of a long sum (:mod:`..sums`): the terms stacked, times their coefficients.
+def _group_sum(group: ProductGroup, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> Any:
+    """A group of products (:class:`..sums.ProductGroup`) summed, in the sum's mode order."""
+    plan = group.products[0].gemm
+    assert plan is not None
+    coefs = jnp.asarray(group.coefs, run.dtype)
+    ops = [_operands(ins, env, ctx, run) for ins in group.products]
+    x = contract_group(plan, coefs, ops, group.scaled)
+    return x if group.perm == tuple(range(len(group.perm))) else jnp.transpose(x, group.perm)
 
-    The matrix-vector product keeps XLA from fusing the whole chain of adds into one.
+
+def _sum_cut(cut: SumCut, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> Any:
+    """A cut of a long sum (:mod:`..sums`): its terms stacked, times their coefficients.
+
+    Each group of products is first one contraction (:func:`contract_group`). The final
+    matrix-vector product keeps XLA from fusing the whole chain of adds into one.
     """
     xs = []
-    for t in terms:
+    for t in cut.rest:
         x = run.read(t.read, env, ctx, run.blocks, run.dtype)
         xs.append(x if t.perm == tuple(range(len(t.perm))) else jnp.transpose(x, t.perm))
-    coefs = jnp.asarray([t.coef for t in terms], run.dtype)
+    xs += [_group_sum(g, env, ctx, run) for g in cut.groups]
+    coefs = jnp.asarray([t.coef for t in cut.rest] + [1.0] * len(cut.groups), run.dtype)
     stacked = jnp.stack(xs)
     return lax.dot_general(
         coefs, stacked, (((0,), (0,)), ((), ())), precision=lax.Precision.HIGHEST
@@ -217,12 +297,13 @@ def run_loop(loop: Loop, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> 
     sums = [v for v, _ in loop.sums]
     scatters = [(v, p) for v, p, _ in loop.scatters]
     carries = [v for v, _ in loop.carries]
+    keep = {*sums, *carries, *(v for v, _ in scatters)}
     block, extent = loop.block, loop.extent
 
     def batch(start: Any, valid_from: Any, size: int) -> tuple[tuple[Any, ...], ...]:
         local = dict(env)
         inner = {**ctx, loop.loop: (start, size, valid_from)}
-        run_body(loop.body, local, inner, run)
+        run_body(loop.body, local, inner, run, keep)
         outs = (
             tuple(local[v] for v in sums),
             tuple(local[v] for v in carries),

@@ -77,7 +77,8 @@ def run_lowered(
     cast = {k: jnp.asarray(x, dtype) for k, x in blocks.items()}
     env: dict[int, Any] = {}
     if shard is None:
-        run_body(lowered.body, env, {}, RunSettings(cast, dtype, remat))
+        results = {r.read.value_id for r in lowered.results if r.read.input_key is None}
+        run_body(lowered.body, env, {}, RunSettings(cast, dtype, remat), results)
     else:
         run_sharded_body(shard, lowered.body, env, cast, dtype, remat, padded)
     out: dict[str, Any] = {}

@@ -390,7 +390,8 @@ def _run_distributed(
 
             local = dict(env_v)
             ctx = {loop.loop: (k * block, block, None)}
-            run_body(loop.body, local, ctx, RunSettings(blocks_v, dtype, remat, vary, read))
+            keep = {*sums, *carries, *(v for v, _ in scatters)}
+            run_body(loop.body, local, ctx, RunSettings(blocks_v, dtype, remat, vary, read), keep)
             outs = (
                 tuple(local[v] for v in sums),
                 tuple(local[v] for v in carries),
