@@ -66,6 +66,7 @@ from .._pipeline import compile as compile_program
 from .._units import format_bytes, parse_bytes
 from ..budget import default_step_cost
 from ..expr import Equation, Expr, Index, Product, Sum, Tensor, parse, relabel
+from ..forest.denominators import DENOMINATOR
 from ..forest.inputs import InputSpec, bind_inputs, input_specs
 from ..lower.aot import AotJit
 from ..lower.program import Program
@@ -180,8 +181,16 @@ def _sort_pairs(expr: Expr, symmetric: frozenset[str], space: str) -> Expr:
     """Reads of pair-symmetric tensors with their (bra, ket) slot pairs sorted.
 
     The order is that of each pair's ``space`` index:
-    ``W{a_2,a_1,a_3;i_2,i_1,i_3}`` → ``W{a_1,a_2,a_3;i_1,i_2,i_3}``.
+    ``W{a_2,a_1,a_3;i_2,i_1,i_3}`` → ``W{a_1,a_2,a_3;i_1,i_2,i_3}``. The denominator
+    depends on its bra and its ket as sets, so each side is sorted on its own: every
+    read of it is then one value.
     """
+    if isinstance(expr, Tensor) and expr.label == DENOMINATOR:
+        return dataclasses.replace(
+            expr,
+            bra=tuple(sorted(expr.bra, key=lambda ix: ix.ordinal)),
+            ket=tuple(sorted(expr.ket, key=lambda ix: ix.ordinal)),
+        )
     if isinstance(expr, Tensor) and expr.label in symmetric:
         pairs = list(zip(expr.bra, expr.ket, strict=True))
         side = 1 if expr.ket and expr.ket[0].space == space else 0
