@@ -65,6 +65,7 @@ from .._errors import ExpressionError, MemoryBudgetError, PlanError
 from .._pipeline import compile as compile_program
 from .._units import format_bytes, parse_bytes
 from ..budget import default_step_cost
+from ..budget.model import step_terms
 from ..expr import Equation, Expr, Index, Product, Sum, Tensor, parse, relabel
 from ..forest.denominators import DENOMINATOR
 from ..forest.inputs import InputSpec, bind_inputs, input_specs
@@ -223,6 +224,12 @@ class OrbitClass:
         """FLOPs of all orbits of this class."""
         return self.program.flops * len(self.orbits)
 
+    @property
+    def steps(self) -> int:
+        """Executed steps of all orbits: the program's builds and one loop step, per orbit."""
+        builds = sum(step_terms(self.program.schedule, ()).values())
+        return (builds + 1) * len(self.orbits)
+
     def sliced_bytes(self) -> int:
         """Bytes of the input blocks sliced for one orbit (8-byte floats)."""
         specs = input_specs(self.program.schedule.annotated.forest)
@@ -281,6 +288,11 @@ class TriplesOrbits:
     def flops(self) -> int:
         """FLOPs of all orbits (padding included)."""
         return sum(c.flops for c in self.classes)
+
+    @property
+    def steps(self) -> int:
+        """Executed steps (builds and loop iterations) of all orbits."""
+        return sum(c.steps for c in self.classes)
 
     @property
     def orbit_count(self) -> int:
@@ -401,13 +413,14 @@ def orbit_loops(
         block: orbitals of ``space`` per block.
         memory_budget: bytes (or ``"2 GiB"``) for the temporaries: among the block
             sizes whose prediction fits both the budget and :data:`WORKING_SET`, the
-            cheapest in FLOPs plus ``step_cost`` per orbit (the planner's price of a
-            step, :func:`sq_jax.budget.default_step_cost` when ``None``). Exactly one of
+            cheapest in FLOPs plus ``step_cost`` per executed step (builds and loop
+            iterations: the planner's price, :func:`sq_jax.budget.default_step_cost`
+            when ``None``). Exactly one of
             ``block`` and ``memory_budget``.
         space: the space cut into blocks, ``"a"`` (virtual triples) or ``"i"``
             (occupied triples). ``None``: ``"a"`` (measured faster), and under a budget
             that not even one virtual orbital per block fits, ``"i"``.
-        step_cost: FLOPs charged per orbit when choosing the block for a budget.
+        step_cost: FLOPs charged per executed step when choosing the block.
 
     Raises:
         MemoryBudgetError: not even one orbital per block fits.
@@ -457,14 +470,14 @@ def orbit_loops(
     cap = min(budget, WORKING_SET)
     fitting = [smallest]
     for size in _block_sizes(extent)[:-1]:
-        if smallest.memory_bytes * size**3 > 2 * cap:  # too big by the cubic estimate
+        if smallest.memory_bytes * size**2 > 2 * cap:  # too big even growing as size²
             continue
         orbits = _build(name, base, size, space)
         if orbits.memory_bytes <= cap:
             fitting.append(orbits)
             if len(fitting) == 4:  # smaller blocks only add orbits; padding is what varies
                 break
-    return min(fitting, key=lambda o: o.flops + price * o.orbit_count)
+    return min(fitting, key=lambda o: o.flops + price * o.steps)
 
 
 def _block_sizes(extent: int) -> list[int]:
