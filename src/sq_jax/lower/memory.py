@@ -237,8 +237,18 @@ def _hoisted(lp: Loop, done: frozenset) -> dict[str, tuple[_CopyKey, Counter]]:
     """Operand copies inside ``lp`` that do not depend on its batch.
 
     XLA moves them in front of the loop (while-loop invariant code motion): made once,
-    they stay alive for the whole loop.
+    they stay alive for the whole loop. Observed: copies of inputs, whole or cut to the
+    batch of a loop around ``lp`` (closed-shell CCSD, ``i`` in external batches around
+    contracted ``a`` loops: each ``t{a,a;i,i}`` cut to the ``i`` batch is made once per
+    ``i`` batch and lives through all its ``a`` loops).
     """
+    inside = {lp.loop}
+    stack: list[Instr] = list(lp.body)
+    while stack:
+        ins = stack.pop()
+        if isinstance(ins, Loop):
+            inside.add(ins.loop)
+            stack.extend(ins.body)
     out: dict[str, tuple[_CopyKey, Counter]] = {}
     seen: set[_CopyKey] = set()
     stack = list(lp.body)
@@ -250,8 +260,8 @@ def _hoisted(lp: Loop, done: frozenset) -> dict[str, tuple[_CopyKey, Counter]]:
         for key, read, size in _copies(ins):
             if key in done or key in seen or key[3] is not None:
                 continue
-            if read.slices or read.input_key is None:
-                continue  # observed: XLA hoists transposed copies of whole inputs only
+            if read.input_key is None or any(at in inside for _, at in read.slices):
+                continue  # a computed value, or a cut that changes inside the loop
             seen.add(key)
             out[_copy_name(read, key[1]) + f" (made before loop {lp.loop[0]}#{lp.loop[1]})"] = (
                 key,
