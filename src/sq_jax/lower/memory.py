@@ -341,7 +341,7 @@ class _Walker:
             here = [
                 *base,
                 *live.values(),
-                *(item for first, last, item in zeros if first <= now <= last),
+                *(item for first, last, item in zeros if first <= now < last),
             ]
             if isinstance(ins, Loop):
                 live.update(self.loop(ins, here, done))
@@ -524,9 +524,9 @@ def _shared_zeros(body: Sequence[Instr]) -> list[tuple[int, int, _Item]]:
     Every loop starts its accumulators and carried values from zeros. XLA makes one
     array of zeros per shape (common subexpressions) and copies it into each loop that
     starts from that shape (a loop updates its state in place): the shared array lives
-    from the first such loop to the last (observed on CPU, closed-shell CCSD with
-    operands hoisted out of the loops). A shape one loop alone starts from becomes that
-    loop's state directly: no extra buffer.
+    from the first such loop until the last one starts (observed on CPU, closed-shell
+    CCSD with operands hoisted out of the loops). A shape one loop alone starts from
+    becomes that loop's state directly: no extra buffer.
     """
     loops: dict[tuple, list[int]] = {}
     sizes: dict[tuple, Counter] = {}
