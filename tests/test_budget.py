@@ -424,31 +424,26 @@ def test_budget_planned_program_matches_the_reference(programs):
 
 def test_xla_measured_memory_fits_the_budget(programs):
     """XLA's own figure (temporaries + outputs; inputs are the caller's) fits every
-    budget; for plans with few loops the prediction is within 15% of it."""
+    budget; for plans of up to 64 loops the prediction is within 15% of it (XLA's heap
+    gaps grow with the loops: the 1/8 plan, 74 loops, measured 1.24x the prediction)."""
     over, off = [], []
     for _, b, plan, prog, compiled, _ in programs:
         ma = compiled.memory_analysis()
         measured = ma.temp_size_in_bytes + ma.output_size_in_bytes
         if measured > b:
             over.append(f"{plan}: {measured} B > budget {b} B")
-        few_loops = len(prog.lowered.loops()) <= 4
+        few_loops = len(prog.lowered.loops()) <= 64
         if few_loops and not 0.85 <= prog.memory_bytes / measured <= 1.15:
             off.append(f"{plan}: predicted {prog.memory_bytes} B, XLA {measured} B")
     assert not over, "XLA temp+output above the budget: " + "; ".join(over)
     assert not off, "prediction off by more than 15%: " + "; ".join(off)
-    assert sum(len(row[3].lowered.loops()) <= 4 for row in programs) >= 2  # checked ones
+    assert sum(len(row[3].lowered.loops()) <= 64 for row in programs) >= 3  # checked ones
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "XLA's heap fragments with many loops: a plan that opens a loop per contraction "
-        "(i in 6 batches, both roles: 64 loops) measured XLA temp 330 KB for 148 KB of live "
-        "buffers, so XLA = 1.3x the prediction. XLA_HEADROOM (1.25) and the budget's slack "
-        "absorb it here; the model does not predict it."
-    ),
-)
 def test_many_loop_plans_are_predicted_within_15_percent():
+    # i in 6 batches, both roles: a loop per contraction (64 loops), where XLA's heap
+    # has gaps. The model, since it charges the zero arrays the loops start from and
+    # the input copies hoisted out of inner loops, predicts 0.94x XLA (it was 0.85x).
     with unfactored():  # measured on the flat forest (the factored one happens to fit)
         prog = _compile()(
             load_equations("ccsd_so"),

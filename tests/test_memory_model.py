@@ -65,6 +65,23 @@ def test_uneven_batches_cost_extra_only_when_uneven():
     assert uneven > even  # block 5 of 16: one stacked piece too many, and a copy to cut it
 
 
+@pytest.mark.parametrize("batches", [3, 4], ids=["uneven", "even"])
+def test_contracted_loops_summed_into_one_result_within_15_percent(batches):
+    # Three contracted loops whose sums feed one fused sum. With 3 batches of 40 the
+    # last batch (12) runs after each loop, and its partial product lives until the
+    # fused sum; the two loops that start from zeros of one shape share one array of
+    # zeros. The model missed the partial products (0.69x XLA before they were charged).
+    text = (
+        "R{a1,a2;i1,i2} = g{a1,a2;i1,i2} + f{a1;a3} t{a3,a2;i1,i2}"
+        " + t{a1,a3;i1,i2} f{a3;a2} + u{a1,a3;i1,i2} h{a3;a2}"
+    )
+    plan = {"a": {"batches": batches, "roles": "contracted"}}
+    prog = sq.compile(text, sq.Spaces(i=10, a=40), batch=plan)
+    assert [lp.peel for lp in prog.lowered.loops()] == [batches == 3] * 3
+    ratio = prog.memory_bytes / _xla_bytes(prog)
+    assert 0.85 <= ratio <= 1.15, ratio
+
+
 @pytest.mark.parametrize(
     "plan",
     [None, {"a": 2}, {"i": 2}, {"a": {"batches": 3, "roles": "external"}}],
