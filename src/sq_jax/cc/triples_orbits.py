@@ -88,15 +88,18 @@ PAIR_SYMMETRIC = {
     "ccsd_t_cs": frozenset({"W", "V", "Δ"}),
     "ccsd_t_so": frozenset({"W", "V", "Z", "Δ"}),
 }
-
-WORKING_SET = 32 * 2**20
-"""Largest predicted temporaries of one orbit that a budget route chooses (bytes).
-
-Benzene/cc-pVDZ closed-shell (T), CPU seconds per orbit FLOP measured with virtual
-blocks of 2, 4 and 8 (about 10, 80 and 600 MiB per orbit): 4.2, 3.3 and 2.6 GFLOP/s."""
 """Per (T) set: the tensors unchanged by a simultaneous permutation of their
 (virtual, occupied) slot pairs (``W_{abc}^{ijk} = W_{bac}^{jik}``): ``Ŝ`` sums and
 ``P(i/jk)P(a/bc)`` antisymmetrisations, and the denominator."""
+
+WORKING_SET = 4 * 2**20
+"""Largest predicted temporaries of one orbit that a budget route chooses (bytes).
+
+Larger orbits leave the caches, and XLA's element-wise passes over their values (the
+transposed reads of ``W`` and ``V``) slow down faster than the GEMMs speed up.
+Benzene/cc-pVDZ closed-shell (T) on a quiet machine, virtual blocks of 1, 2 and 3
+(2.5, 10 and 29 MiB per orbit): 1.9, 25 and 109 CPU ms per orbit, 6.9, 4.3 and 3.3
+GFLOP per CPU second."""
 
 
 def orbit_equations(
@@ -432,7 +435,7 @@ def orbit_loops(
         >>> base = sq.compile(load_equations("ccsd_t_cs"), sq.Spaces(i=21, a=93), outputs=("E",))
         >>> orbits = orbit_loops(base, "ccsd_t_cs", block=3, space="i")
         >>> round(orbits.flops / base.flops, 3), orbits.memory_bytes < base.memory_bytes / 50
-        (0.954, True)
+        (0.97, True)
     """
     if (block is None) == (memory_budget is None):
         raise PlanError(
