@@ -67,6 +67,7 @@ from .._units import format_bytes, parse_bytes
 from ..budget import default_step_cost
 from ..budget.model import step_terms
 from ..expr import Equation, Expr, Index, Product, Sum, Tensor, parse, relabel
+from ..expr.nodes import walk
 from ..forest.denominators import DENOMINATOR
 from ..forest.inputs import InputSpec, bind_inputs, input_specs
 from ..lower.aot import AotJit
@@ -153,12 +154,7 @@ def orbit_equations(
 
 
 def _indices(expr: Expr) -> list[Index]:
-    if isinstance(expr, Tensor):
-        return list(expr.indices)
-    if isinstance(expr, (Product, Sum)):
-        parts = expr.factors if isinstance(expr, Product) else expr.terms
-        return [ix for part in parts for ix in _indices(part)]
-    return []
+    return [ix for node in walk(expr) if isinstance(node, Tensor) for ix in node.indices]
 
 
 def _inline(expr: Expr, definitions: Mapping[str, Equation]) -> Expr:
