@@ -157,7 +157,8 @@ def _triples(run, batch: dict | None, memory: str | None) -> None:
     start = time.perf_counter()
     if memory is not None:  # orbits of occupied blocks: memory-bounded at unbatched FLOPs
         program = triples_orbits(run, memory_budget=memory)
-        loops = f"{program.orbit_count} orbits of {program.block} occupied orbitals"
+        kind = "virtual" if program.space == "a" else "occupied"
+        loops = f"{program.orbit_count} orbits of blocks of {program.block} {kind} orbitals"
     else:
         program = triples_program(run, batch=batch)
         loops = f"{len(program.lowered.loops())} loops"
