@@ -276,7 +276,7 @@ class TriplesOrbits:
     classes: tuple[OrbitClass, ...]
     """The orbit classes present (``distinct`` needs 3 blocks, ``pair`` 2)."""
     base: Program
-    """The plain (T) program: its inputs are what :meth:`energy` cuts the blocks from."""
+    """The plain (T) program: its inputs are what :meth:`evaluate` cuts the blocks from."""
 
     @property
     def nblocks(self) -> int:
