@@ -81,16 +81,20 @@ def triples_figure(mf: Any, reps: int, fraction: int = 10, ram_share: float = 0.
         compile_s = time.perf_counter() - t0
         orbits = name == "batched"
         inputs = triples_inputs(run, program.base if orbits else program)
-        call = program.arguments(inputs) if orbits else inputs
-        programs[name] = (program.function if orbits else program, call)
+        programs[name] = (program.evaluate if orbits else program, inputs)
         rec[name] = {
             "ran": True,
             "budget_bytes": budget,
             "loops": program.orbit_count if orbits else len(program.lowered.loops()),
-            "plan": str(program) if orbits else str(program.schedule.annotated.plan),
+            "plan": (
+                f"{program}, {program.workers} concurrent workers"
+                if orbits
+                else str(program.schedule.annotated.plan)
+            ),
             "flops": program.flops,
             "predicted_bytes": program.memory_bytes,
-            "xla_bytes": _xla_bytes(program, inputs),
+            # the orbit loops' figure is one worker's; the workers run at once
+            "xla_bytes": _xla_bytes(program, inputs) * (program.workers if orbits else 1),
             "compile_and_first_call_s": compile_s,
             "e_t": e_t,
         }

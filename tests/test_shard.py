@@ -4,8 +4,8 @@ The main test process has initialised JAX with one CPU device, so the multi-devi
 run in ONE subprocess with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``
 (this file run as a script). It compiles every program once without a mesh and once on
 4 and on 3 devices (outermost batch counts 2, 4, 5 and 6: divisible, not divisible,
-fewer batches than devices, an overlapping remainder batch) and prints a JSON summary
-that the tests below parse:
+fewer batches than devices, an overlapping remainder batch; cases that run the same
+program share it) and prints a JSON summary that the tests below parse:
 
 * the whole corpus (``tests/corpus.py``) as one system, against the single-device program;
 * a spin-orbital CCSD residual (i=4, a=6, random inputs), given as blocks (split ones
@@ -75,12 +75,22 @@ def _child() -> dict:
     def lap(name: str) -> None:
         cpu[name] = round(time.process_time() - sum(cpu.values()), 1)
 
+    compiled: dict = {}
+
+    def compile_once(text: str, spaces: sq.Spaces, plan: dict, d: int | None, **kw) -> sq.Program:
+        """One program per (equations, spaces, plan, devices, options): cases share them."""
+        key = (text, str(spaces), json.dumps(plan, sort_keys=True), d, tuple(sorted(kw.items())))
+        if key not in compiled:
+            on = {} if d is None else {"devices": devices[:d]}
+            compiled[key] = sq.compile(text, spaces, batch=plan, **on, **kw)
+        return compiled[key]
+
     def compare(tag: str, text: str, spaces: sq.Spaces, plan: dict, x: dict) -> None:
-        ref_prog = sq.compile(text, spaces, batch=plan)
+        ref_prog = compile_once(text, spaces, plan, None)
         want = ref_prog(x)
         progs[tag, 1] = ref_prog
         for d in DEVICES:
-            prog = progs[tag, d] = sq.compile(text, spaces, batch=plan, devices=devices[:d])
+            prog = progs[tag, d] = compile_once(text, spaces, plan, d)
             roots = [lp.num_batches for lp in prog.lowered.body if hasattr(lp, "body")]
             out["forward"].append(
                 {
@@ -147,10 +157,10 @@ def _child() -> dict:
         return r["E"] + jnp.sum(r["R"] ** 2) + jnp.sum(jnp.sin(r["S"]))
 
     def grad_rows(tag, text_, spaces_, plan_, x, loss_, **kw):
-        ref_prog = sq.compile(text_, spaces_, batch=plan_, **kw)
+        ref_prog = compile_once(text_, spaces_, plan_, None, **kw)
         want = jax.grad(lambda v: loss_(ref_prog, v))(x)
         for d in DEVICES:
-            prog = sq.compile(text_, spaces_, batch=plan_, devices=devices[:d], **kw)
+            prog = compile_once(text_, spaces_, plan_, d, **kw)
             got = jax.grad(lambda v, p=prog: loss_(p, v))(x)
             roots = [lp.num_batches for lp in prog.lowered.body if hasattr(lp, "body")]
             out["grad"].append(

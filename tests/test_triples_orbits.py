@@ -9,12 +9,15 @@ refuse bad arguments.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
 import sq_jax as sq
 from sq_jax.cc.equations import load_equations
-from sq_jax.cc.triples_orbits import orbit_loops
+from sq_jax.cc.triples_orbits import PAIR_SYMMETRIC, orbit_equations, orbit_loops
+from sq_jax.expr import Product, parse
 from sq_jax.forest.inputs import input_specs
 
 NOCC, NVIRT = 4, 5
@@ -57,12 +60,29 @@ def test_orbit_loops_equal_the_plain_program_for_every_block(name):
     inputs = _random_inputs(base, name)
     expected = float(base(inputs)["E"])
     assert abs(expected) > 1e-6
-    # occupied: 4 blocks (every orbit class), 2 (the last padded); virtual: 3 (padded)
-    for space, block in (("i", 1), ("i", 3), ("a", 2)):
-        orbits = orbit_loops(base, name, block=block, space=space)
+    # occupied: 4 blocks (every orbit class), 2 (the last padded); virtual: 3 (padded);
+    # shared by 1, 2 or 3 concurrent workers (uneven shares, some empty)
+    for space, block, workers in (("i", 1, 3), ("i", 3, 1), ("a", 2, 2)):
+        orbits = orbit_loops(base, name, block=block, space=space, workers=workers)
+        assert orbits.workers == workers
         assert abs(float(orbits.evaluate(inputs)) - expected) < 1e-12 * abs(expected)
     kinds = [c.kind for c in orbit_loops(base, name, block=1).classes]
     assert kinds == ["distinct", "pair", "diagonal"]
+
+
+@pytest.mark.parametrize(("name", "scalar"), [("ccsd_t_cs", 2), ("ccsd_t_so", Fraction(1, 6))])
+def test_the_six_permutations_of_an_orbit_read_one_block_once(name, scalar):
+    # E = 1/3 Y Z (closed-shell), 1/36 W Z (spin-orbital): all pair-symmetric, so the six
+    # σ copies are equal up to the names of the summed occupied indices, and merge.
+    equations = parse(load_equations(name))
+    *_, energy = orbit_equations(
+        equations, ("j", "k", "l"), symmetric=PAIR_SYMMETRIC[name], space="a"
+    )
+    assert isinstance(energy.rhs, Product) and energy.rhs.scalar == scalar
+    assert [str(f).split(":")[0] for f in energy.rhs.factors] == [
+        f"{label}{{j_1,k_2,l_3;i_1,i_2,i_3}}"
+        for label in ("Y" if name == "ccsd_t_cs" else "W", "Z")
+    ]
 
 
 def test_orbit_loops_cost_the_unbatched_flops_where_generic_loops_do_not():
@@ -87,3 +107,9 @@ def test_orbit_loops_fit_the_budget_and_refuse_bad_arguments():
         orbit_loops(base, "ccsd_t_cs", block=2, memory_budget=budget)
     with pytest.raises(sq.PlanError, match="as an int from 1 to its extent, 4"):
         orbit_loops(base, "ccsd_t_cs", block=5, space="i")
+    with pytest.raises(sq.PlanError, match="workers=0"):
+        orbit_loops(base, "ccsd_t_cs", block=1, workers=0)
+    # a budget that holds one worker's temporaries and not two runs one worker
+    one = orbit_loops(base, "ccsd_t_cs", block=1, space="a", workers=1).memory_bytes
+    tight = orbit_loops(base, "ccsd_t_cs", memory_budget=one + one // 2, space="a")
+    assert tight.workers == 1 and tight.memory_bytes <= one + one // 2

@@ -83,7 +83,11 @@ def triples_program(
 
 
 def triples_orbits(
-    run: CCRun, *, block: int | None = None, memory_budget: int | str | None = None
+    run: CCRun,
+    *,
+    block: int | None = None,
+    memory_budget: int | str | None = None,
+    workers: int | None = None,
 ) -> TriplesOrbits:
     """(T) of ``run`` as loops over orbits of virtual block triples.
 
@@ -94,6 +98,8 @@ def triples_orbits(
         run: a finished CCSD run.
         block: virtual orbitals per block; or
         memory_budget: bytes (or ``"2 GiB"``) for the temporaries (the block is chosen).
+        workers: concurrent shares of the orbits; ``None``: one per CPU core
+            (:func:`~sq_jax.cc.triples_orbits.orbit_loops`).
 
     Example:
         >>> from sq_jax import cc
@@ -103,7 +109,9 @@ def triples_orbits(
         (True, True)
     """
     name = "ccsd_t_cs" if run.closed_shell else "ccsd_t_so"
-    return orbit_loops(triples_program(run), name, block=block, memory_budget=memory_budget)
+    return orbit_loops(
+        triples_program(run), name, block=block, memory_budget=memory_budget, workers=workers
+    )
 
 
 def _orbital_energies(fock: np.ndarray, nocc: int, tol: float) -> np.ndarray:

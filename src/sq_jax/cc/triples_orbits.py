@@ -49,9 +49,11 @@ Example:
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
 import itertools
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -74,7 +76,7 @@ from ..lower.aot import AotJit
 from ..lower.program import Program
 from .equations import load_equations
 
-__all__ = ["OrbitClass", "TriplesOrbits", "orbit_equations", "orbit_loops"]
+__all__ = ["OrbitClass", "TriplesOrbits", "default_workers", "orbit_equations", "orbit_loops"]
 
 BLOCK_SPACES = ("j", "k", "l")
 """The keys of the three block spaces (free in SeQuant's default registry)."""
@@ -86,7 +88,7 @@ _CLASSES = {  # the block spaces of (i_1, i_2, i_3) and the orbit's share of Σ_
 }
 
 PAIR_SYMMETRIC = {
-    "ccsd_t_cs": frozenset({"W", "V", "Δ"}),
+    "ccsd_t_cs": frozenset({"W", "V", "Y", "Z", "Δ"}),
     "ccsd_t_so": frozenset({"W", "V", "Z", "Δ"}),
 }
 """Per (T) set: the tensors unchanged by a simultaneous permutation of their
@@ -125,7 +127,9 @@ def orbit_equations(
     copy reads the *same* block of ``W`` and ``V`` (under permuted labels of the other
     space: transposes). Internal results that are not symmetric are inlined (they may
     not sum indices of their own). The symmetric internal equations are kept, with the
-    triple in its blocks.
+    triple in its blocks and their own reads of symmetric tensors sorted. When ``output``
+    is a scalar, each copy's summed indices of the other space are renamed in a canonical
+    order, and equal copies are summed once.
 
     Example:
         >>> eqs = parse("W{a1,a2;i1,i2} = g{a1,a2;i1,i2} + g{a2,a1;i2,i1}\n"
@@ -133,24 +137,48 @@ def orbit_equations(
         >>> for eq in orbit_equations(eqs, ("j", "k", "l"), symmetric=frozenset("W")):
         ...     print(str(eq).replace(":N-C-S", ""))
         W{a_1,a_2;j_1,k_2} = g{a_1,a_2;j_1,k_2} + g{a_2,a_1;k_2,j_1}
-        E = W{a_1,a_2;j_1,k_2} * t{a_1,a_2;j_1,k_2} + W{a_2,a_1;j_1,k_2} * t{a_1,a_2;k_2,j_1}
+        E = W{a_1,a_2;j_1,k_2} * t{a_1,a_2;j_1,k_2} + W{a_1,a_2;j_1,k_2} * t{a_2,a_1;k_2,j_1}
+
+    Copies equal up to the names of the other space's summed indices are summed once:
+
+        >>> eqs = parse("E = W{a1,a2;i1,i2} W{a1,a2;i1,i2}")
+        >>> for eq in orbit_equations(eqs, ("j", "j", "l"), symmetric=frozenset("W")):
+        ...     print(str(eq).replace(":N-C-S", ""))
+        E = 2 W{a_1,a_2;j_1,j_2} * W{a_1,a_2;j_1,j_2}
     """
     triple = [Index(space, k + 1) for k in range(3)]
     (target,) = [eq for eq in equations if eq.name == output]
     inline = {eq.name: eq for eq in equations if eq.name != output and eq.name not in symmetric}
     present = {ix for ix in _indices(target.rhs) if ix in triple}
-    terms = []
+    copies: dict[str, tuple[int, Expr]] = {}  # equal σ copies are summed as one
     for perm in itertools.permutations(sorted(present, key=lambda ix: ix.ordinal)):
         sigma = dict(zip(sorted(present, key=lambda ix: ix.ordinal), perm, strict=True))
-        body = _inline(relabel(target.rhs, sigma), inline)
-        terms.append(_sort_pairs(body, symmetric, space))
+        body = _sort_pairs(_inline(relabel(target.rhs, sigma), inline), symmetric, space)
+        if not _indices(target.lhs):  # a scalar: the other space's indices are dummies
+            body = _sort_pairs(_canonical_dummies(body, symmetric, space), symmetric, space)
+        count, _ = copies.get(str(body), (0, body))
+        copies[str(body)] = (count + 1, body)
+    terms = [_times(n, body) for n, body in copies.values()]
     rhs: Expr = Sum(tuple(terms)) if len(terms) > 1 else terms[0]
     if weight != 1:
         rhs = Product(weight, (rhs,))
     to_blocks = {ix: Index(s, ix.ordinal) for ix, s in zip(triple, blocks, strict=True)}
     kept = [eq for eq in equations if eq.name != output and eq.name in symmetric]
-    out = [Equation(relabel(eq.lhs, to_blocks), relabel(eq.rhs, to_blocks)) for eq in kept]
+    out = [
+        Equation(
+            relabel(eq.lhs, to_blocks), relabel(_sort_pairs(eq.rhs, symmetric, space), to_blocks)
+        )
+        for eq in kept
+    ]
     return (*out, Equation(target.lhs, relabel(rhs, to_blocks)))
+
+
+def _times(count: int, expr: Expr) -> Expr:
+    if count == 1:
+        return expr
+    if isinstance(expr, Product):
+        return Product(count * expr.scalar, expr.factors)
+    return Product(Fraction(count), (expr,))
 
 
 def _indices(expr: Expr) -> list[Index]:
@@ -174,6 +202,25 @@ def _inline(expr: Expr, definitions: Mapping[str, Equation]) -> Expr:
         return Product(expr.scalar, tuple(_inline(f, definitions) for f in expr.factors))
     if isinstance(expr, Sum):
         return Sum(tuple(_inline(t, definitions) for t in expr.terms))
+    return expr
+
+
+def _canonical_dummies(expr: Expr, symmetric: frozenset[str], space: str) -> Expr:
+    """``expr`` with its summed indices of the other space renamed in a canonical order.
+
+    The indices paired with the triple in the first pair-symmetric read are renamed to
+    their sorted order (a permutation of summed indices, so the value is unchanged).
+    After :func:`_sort_pairs`, σ copies that differ only by such a renaming become equal
+    and are summed once: ``Y{a_1,a_2;i_2,i_1} Z{a_1,a_2;i_2,i_1}`` →
+    ``Y{a_1,a_2;i_1,i_2} Z{a_1,a_2;i_1,i_2}``.
+    """
+    for node in walk(expr):
+        if isinstance(node, Tensor) and node.label in symmetric and node.label != DENOMINATOR:
+            side = node.bra if node.ket and node.ket[0].space == space else node.ket
+            if len(set(side)) != len(side) or any(ix.space == space for ix in side):
+                return expr
+            ordered = sorted(side, key=lambda ix: ix.ordinal)
+            return relabel(expr, dict(zip(side, ordered, strict=True)))
     return expr
 
 
@@ -277,6 +324,9 @@ class TriplesOrbits:
     """The orbit classes present (``distinct`` needs 3 blocks, ``pair`` 2)."""
     base: Program
     """The plain (T) program: its inputs are what :meth:`evaluate` cuts the blocks from."""
+    workers: int = 1
+    """Concurrent calls of :attr:`function` in :meth:`evaluate`, each over its share of
+    every class's orbits (threads: one orbit's XLA loops run on one core)."""
 
     @property
     def nblocks(self) -> int:
@@ -300,8 +350,11 @@ class TriplesOrbits:
 
     @property
     def memory_bytes(self) -> int:
-        """Predicted temporaries: the largest orbit program's plus its sliced inputs."""
-        return max(c.program.memory_bytes + c.sliced_bytes() for c in self.classes)
+        """Predicted temporaries of all workers.
+
+        One worker's are the largest orbit program's plus its sliced inputs.
+        """
+        return self.workers * max(c.program.memory_bytes + c.sliced_bytes() for c in self.classes)
 
     def __str__(self) -> str:
         counts = ", ".join(f"{c.kind} {len(c.orbits)}" for c in self.classes)
@@ -321,11 +374,40 @@ class TriplesOrbits:
             >>> abs(float(e_t) - cc.ccsd_t(run)) < 1e-12
             True
         """
-        return self.function(self.arguments(inputs))
+        arguments = self.arguments(inputs)
+        shares = self.shares()
+        if len(shares) == 1 or any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(inputs)):
+            return sum((self.function(arguments, b) for b in shares), jnp.zeros(()))
+        # XLA runs one orbit's small GEMMs and element-wise loops on one core: the shares
+        # run concurrently on threads (JAX releases the GIL while a program runs).
+        with concurrent.futures.ThreadPoolExecutor(len(shares)) as pool:
+            parts = list(
+                pool.map(lambda b: self.function(arguments, b).block_until_ready(), shares)
+            )
+        return sum(parts[1:], parts[0])
+
+    def shares(self) -> list[np.ndarray]:
+        """The orbit ranges of each worker: ``[start, stop)`` rows of every class.
+
+        Example:
+            >>> from sq_jax import cc
+            >>> orbits = cc.triples_orbits(cc.ccsd(closed_shell=True), block=1, workers=2)
+            >>> [share.tolist() for share in orbits.shares()]
+            [[[0, 1], [0, 1]], [[1, 2], [1, 2]]]
+        """
+        cuts = [
+            np.linspace(0, len(c.orbits), self.workers + 1).round().astype(np.int32)
+            for c in self.classes
+        ]
+        return [
+            np.array([[c[w], c[w + 1]] for c in cuts], dtype=np.int32) for w in range(self.workers)
+        ]
 
     @functools.cached_property
     def function(self) -> AotJit:
-        """E(T) of :meth:`arguments`: one jitted program, one ``fori_loop`` per class.
+        """E(T) of :meth:`arguments` over one share of the orbits (:meth:`shares`).
+
+        One jitted program, one ``fori_loop`` per class over its rows of the share.
 
         Compiled ahead of time with sq_jax's XLA options at top level
         (:class:`~sq_jax.lower.aot.AotJit`), like a :class:`~sq_jax.lower.program.Program`.
@@ -333,8 +415,11 @@ class TriplesOrbits:
         return AotJit(_energy_function(self))
 
     def memory_analysis(self, inputs: Mapping[str, Any]) -> Any:
-        """XLA's memory figures of the compiled loops (``temp_size_in_bytes`` …)."""
-        return self.function.compiled(self.arguments(inputs)).memory_analysis()
+        """XLA's memory figures of the compiled loops (``temp_size_in_bytes`` …).
+
+        They are one worker's: :attr:`workers` of them run at once.
+        """
+        return self.function.compiled(self.arguments(inputs), self.shares()[0]).memory_analysis()
 
     def arguments(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """The base blocks of ``inputs``, axes of :attr:`space` padded to ``nblocks · block``.
@@ -375,7 +460,9 @@ def _energy_function(orbits: TriplesOrbits) -> Callable[[Mapping[str, Any]], jax
                 x = jax.lax.slice_in_dim(x, 0, extent, axis=axis)
         return x
 
-    def run_class(cls: OrbitClass, base: Mapping[str, Any], total: jax.Array) -> jax.Array:
+    def run_class(
+        cls: OrbitClass, base: Mapping[str, Any], total: jax.Array, rows: jax.Array
+    ) -> jax.Array:
         specs = input_specs(cls.program.schedule.annotated.forest)
         table = jnp.asarray(cls.orbits)
 
@@ -384,12 +471,12 @@ def _energy_function(orbits: TriplesOrbits) -> Callable[[Mapping[str, Any]], jax
             inputs = {s.block_key: cut(base, s, starts) for s in specs}
             return acc + cls.program.jitted(inputs)["E"]
 
-        return jax.lax.fori_loop(0, len(cls.orbits), body, total)
+        return jax.lax.fori_loop(rows[0], rows[1], body, total)
 
-    def energy(base: Mapping[str, Any]) -> jax.Array:
+    def energy(base: Mapping[str, Any], share: jax.Array) -> jax.Array:
         total = jnp.zeros((), dtype=jnp.float64)
-        for cls in orbits.classes:
-            total = run_class(cls, base, total)
+        for k, cls in enumerate(orbits.classes):
+            total = run_class(cls, base, total, share[k])
         return total
 
     return energy
@@ -403,6 +490,7 @@ def orbit_loops(
     memory_budget: int | str | None = None,
     space: str | None = None,
     step_cost: float | None = None,
+    workers: int | None = None,
 ) -> TriplesOrbits:
     """Orbit loops for the plain (T) program ``base`` of equation set ``name``.
 
@@ -420,10 +508,14 @@ def orbit_loops(
             (occupied triples). ``None``: ``"a"`` (measured faster), and under a budget
             that not even one virtual orbital per block fits, ``"i"``.
         step_cost: FLOPs charged per executed step when choosing the block.
+        workers: concurrent shares of the orbits (:attr:`TriplesOrbits.workers`).
+            ``None``: one per CPU core on the CPU backend (fewer when the budget holds
+            fewer copies of one orbit's temporaries), one on accelerators.
 
     Raises:
         MemoryBudgetError: not even one orbital per block fits.
-        PlanError: ``block`` out of range, or both or neither argument given.
+        PlanError: ``block`` or ``workers`` out of range, or both or neither of
+            ``block`` and ``memory_budget`` given.
 
     Example:
         >>> import sq_jax as sq
@@ -431,7 +523,7 @@ def orbit_loops(
         >>> base = sq.compile(load_equations("ccsd_t_cs"), sq.Spaces(i=21, a=93), outputs=("E",))
         >>> orbits = orbit_loops(base, "ccsd_t_cs", block=3, space="i")
         >>> round(orbits.flops / base.flops, 3), orbits.memory_bytes < base.memory_bytes / 50
-        (0.97, True)
+        (0.918, True)
     """
     if (block is None) == (memory_budget is None):
         raise PlanError(
@@ -440,6 +532,10 @@ def orbit_loops(
         )
     if space not in ("i", "a", None):
         raise PlanError(f"space={space!r}: the (T) orbit loops cut 'i' or 'a' into blocks.")
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+    ):
+        raise PlanError(f"workers={workers!r}: give the concurrent shares as an int ≥ 1.")
     if block is not None:
         space = space or "a"
         extent = base.schedule.annotated.forest.spaces.extent(space)
@@ -448,35 +544,55 @@ def orbit_loops(
                 f"block={block!r}: give the orbitals per block of space {space!r} as an int "
                 f"from 1 to its extent, {extent}."
             )
-        return _build(name, base, block, space)
+        return _build(name, base, block, space, workers or default_workers())
     if space is None:
         try:
-            return orbit_loops(base, name, memory_budget=memory_budget, space="a")
+            return orbit_loops(base, name, memory_budget=memory_budget, space="a", workers=workers)
         except MemoryBudgetError:
-            return orbit_loops(base, name, memory_budget=memory_budget, space="i")
+            return orbit_loops(base, name, memory_budget=memory_budget, space="i", workers=workers)
     extent = base.schedule.annotated.forest.spaces.extent(space)
     budget = parse_bytes(memory_budget)
     price = default_step_cost() if step_cost is None else step_cost
-    smallest = _build(name, base, 1, space)
+    smallest = _build(name, base, 1, space, 1)
     if smallest.memory_bytes > budget:
         raise MemoryBudgetError(
             f"no block size of space {space!r} fits memory_budget={format_bytes(budget)} for "
             f"(T): one orbital per block needs {format_bytes(smallest.memory_bytes)} of "
             "temporaries. Raise the budget."
         )
+    count = workers or max(1, min(default_workers(), budget // smallest.memory_bytes))
     # Blocks larger than a working set stop paying: per-orbit values leave the caches and
     # XLA's element-wise passes over them (transposes of W and V) dominate the GEMMs.
-    cap = min(budget, WORKING_SET)
+    cap = min(budget // count, WORKING_SET)
     fitting = [smallest]
     for size in _block_sizes(extent)[:-1]:
         if smallest.memory_bytes * size**2 > 2 * cap:  # too big even growing as size²
             continue
-        orbits = _build(name, base, size, space)
+        orbits = _build(name, base, size, space, 1)
         if orbits.memory_bytes <= cap:
             fitting.append(orbits)
             if len(fitting) == 4:  # smaller blocks only add orbits; padding is what varies
                 break
-    return min(fitting, key=lambda o: o.flops + price * o.steps)
+    chosen = min(fitting, key=lambda o: o.flops + price * o.steps)
+    return dataclasses.replace(chosen, workers=count)
+
+
+def default_workers() -> int:
+    """Concurrent orbit shares by default.
+
+    On the CPU backend, the cores this process may use (one orbit's loops run on one
+    core); one on accelerators.
+
+    Example:
+        >>> default_workers() >= 1
+        True
+    """
+    if jax.default_backend() != "cpu":
+        return 1
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on every platform
+        return os.cpu_count() or 1
 
 
 def _block_sizes(extent: int) -> list[int]:
@@ -489,7 +605,7 @@ def _block_sizes(extent: int) -> list[int]:
     return sizes
 
 
-def _build(name: str, base: Program, block: int, space: str) -> TriplesOrbits:
+def _build(name: str, base: Program, block: int, space: str, workers: int) -> TriplesOrbits:
     equations = parse(load_equations(name))
     spaces = base.schedule.annotated.forest.spaces
     extent = spaces.extent(space)
@@ -506,4 +622,4 @@ def _build(name: str, base: Program, block: int, space: str) -> TriplesOrbits:
         )
         program = compile_program(eqs, spaces, outputs=("E",))
         classes.append(OrbitClass(kind, program, table, used))
-    return TriplesOrbits(name, space, extent, block, tuple(classes), base)
+    return TriplesOrbits(name, space, extent, block, tuple(classes), base, workers)
