@@ -422,7 +422,7 @@ def run_schedule(sf: ScheduledForest, blocks: Mapping[str, Any]) -> dict[str, An
     built = {s.value_id for b in _blocks(sched.root) for s in b.steps if isinstance(s, BuildStep)}
     store: dict[int, tuple[Any, tuple[tuple[str, int] | None, ...]]] = {}
     ctx: dict[tuple[str, int], tuple[int, int]] = {}
-    reads: dict[int, tuple[int, tuple[tuple[int, tuple[str, int]], ...], Any]] = {}
+    reads: dict[int, tuple[int, tuple[tuple[int, tuple[str, int]], ...], dict, Any]] = {}
     plans: dict[int, tuple[Any, ...]] = {}
 
     def read(point: int) -> Any:
@@ -437,15 +437,15 @@ def run_schedule(sf: ScheduledForest, blocks: Mapping[str, Any]) -> dict[str, An
                     leaf_arr = np.asarray(scalar_value(np, node.scalar, blocks))
                 else:
                     leaf_arr = blocks[block_key(node.tensor)]
-            got = reads[point] = (v, rec_at[point].read_slices(), leaf_arr)
-        v, wanted, arr = got
+            wanted = rec_at[point].read_slices()
+            got = reads[point] = (v, wanted, dict(wanted), leaf_arr)
+        v, wanted, want, arr = got
         if arr is not None:  # an input: never stored sliced
             if arr.ndim == 0:
                 return arr
             sliced: tuple[tuple[str, int] | None, ...] = (None,) * arr.ndim
         else:
             arr, sliced = store[v]
-            want = dict(wanted)
             for p, loop in enumerate(sliced):
                 assert loop is None or want.get(p) == loop, f"v{v} is stored sliced by {loop}"
         for p, loop in wanted:
@@ -494,7 +494,8 @@ def run_schedule(sf: ScheduledForest, blocks: Mapping[str, Any]) -> dict[str, An
             out = float(node.left_coef) * a + float(node.right_coef) * b
         return out, sliced
 
-    forwarded: dict[int, set[int]] = {}  # id(block) -> values a nested block outputs
+    # id(block) -> (values a nested block outputs, loop extent, batch ranges)
+    per_block: dict[int, tuple[set[int], int, list[tuple[int, int]]]] = {}
 
     def run(block: ScopeBlock) -> None:
         if block.is_root:
@@ -502,14 +503,19 @@ def run_schedule(sf: ScheduledForest, blocks: Mapping[str, Any]) -> dict[str, An
                 step(s)
             return
         loop = block.loop
-        axis = block.axis
-        assert axis is not None
-        extent = spaces.extent(loop[0])
-        inner = forwarded.get(id(block))
-        if inner is None:
-            inner = forwarded[id(block)] = {w for b in _blocks(block)[1:] for w, _ in b.outputs}
+        facts = per_block.get(id(block))
+        if facts is None:  # once per block: a deep nest runs a block ~10⁵ times
+            axis = block.axis
+            assert axis is not None
+            extent = spaces.extent(loop[0])
+            facts = per_block[id(block)] = (
+                {w for b in _blocks(block)[1:] for w, _ in b.outputs},
+                extent,
+                _ranges(extent, ann.num_batches(axis), ann.block_of(axis)),
+            )
+        inner, extent, ranges = facts
         acc: dict[int, Any] = {}
-        for lo, hi in _ranges(extent, ann.num_batches(axis), ann.block_of(axis)):
+        for lo, hi in ranges:
             ctx[loop] = (lo, hi)
             for s in block.steps:
                 step(s)

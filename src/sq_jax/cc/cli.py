@@ -155,10 +155,13 @@ def _triples(run, batch: dict | None, memory: str | None) -> None:
     from .triples import ccsd_t, triples_orbits, triples_program
 
     start = time.perf_counter()
-    if memory is not None:  # orbits of occupied blocks: memory-bounded at unbatched FLOPs
+    if memory is not None:  # orbits of block triples: memory-bounded at unbatched FLOPs
         program = triples_orbits(run, memory_budget=memory)
         kind = "virtual" if program.space == "a" else "occupied"
-        loops = f"{program.orbit_count} orbits of blocks of {program.block} {kind} orbitals"
+        loops = (
+            f"{program.orbit_count} orbits of blocks of {program.block} {kind} orbitals "
+            f"on {program.workers} worker{'s' if program.workers > 1 else ''}"
+        )
     else:
         program = triples_program(run, batch=batch)
         loops = f"{len(program.lowered.loops())} loops"
