@@ -21,7 +21,6 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
-from jax.tree_util import Partial
 
 from .._errors import InputError
 from .._pipeline import compile as compile_program
@@ -366,22 +365,18 @@ def _solve(
 ) -> CCResult:
     """Run the solver on the two compiled programs, from ``start`` (one key per residual)."""
     # Each program is given only what it reads (CCD's energy has no Fock term, say).
-    # The integrals are bound as pytree leaves (Partial): the solvers pass them to their
-    # jitted steps as arguments, never as constants compiled into the programs.
     residual_program, energy_program = compiled.residual, compiled.energy
-    fixed_r = {k: jnp.asarray(v) for k, v in _read_by(residual_program, integrals).items()}
-    fixed_e = {k: jnp.asarray(v) for k, v in _read_by(energy_program, integrals).items()}
+    fixed_r = _read_by(residual_program, integrals)
+    fixed_e = _read_by(energy_program, integrals)
     after, residual_of = compiled.after, compiled.residual_of
 
-    def residual(fixed: Mapping[str, Any], t: Mapping[str, Any]) -> dict[str, Any]:
-        out = residual_program({**fixed, **t})
+    def residual_fn(t: Mapping[str, Any]) -> dict[str, Any]:
+        out = residual_program({**fixed_r, **t})
         out = {k: apply_antisymmetrizer(v, after[k]) if k in after else v for k, v in out.items()}
         return {residual_of[k]: v for k, v in out.items()}
 
-    def energy(fixed: Mapping[str, Any], t: Mapping[str, Any]) -> Any:
-        return energy_program({**fixed, **_read_by(energy_program, t)})["E"]
-
-    residual_fn, energy_fn = Partial(residual, fixed_r), Partial(energy, fixed_e)
+    def energy_fn(t: Mapping[str, Any]) -> Any:
+        return energy_program({**fixed_e, **_read_by(energy_program, t)})["E"]
 
     t0 = {k: jnp.asarray(start[k]) for k in compiled.keys}
     dens = {k: denominators[k] for k in compiled.keys}

@@ -50,7 +50,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from jax.tree_util import Partial
 
 from .._errors import InputError
 from ..lower.aot import AotJit
@@ -65,7 +64,6 @@ from ._options import check_solver_options
 __all__ = [
     "DIIS",
     "antisymmetrize",
-    "as_pytree",
     "check_solver_options",
     "solve_diis",
     "solve_newton_krylov",
@@ -177,16 +175,15 @@ def solve_diis(
     stop = StopCriteria(max_iter=max_iter, e_tol=e_tol, t_tol=t_tol)
     check_solver_options(diis_space=diis_space, diis_start=diis_start)
     x0, unravel, d = _prepare(t0, denominators)
-    residual_fn, energy_fn = as_pytree(residual_fn), as_pytree(energy_fn)
 
-    def update(xv, residual_fn):
+    def update(xv):
         t = unravel(xv)
         r = residual_fn(t)
         _check_residuals(r, t)
         rv, _ = ravel_pytree({k: jnp.asarray(r[k]) for k in sorted(r)})
         return xv + rv / d, jnp.linalg.norm(rv)
 
-    def energy(xv, energy_fn):
+    def energy(xv):
         return energy_fn(unravel(xv))
 
     if jit:
@@ -194,7 +191,7 @@ def solve_diis(
     diis = DIIS(diis_space)
 
     def step(x: jax.Array, previous: CCIteration | None) -> Step:
-        x_new, rnorm = update(x, residual_fn)
+        x_new, rnorm = update(x)
         err = x_new - x
         normt = float(jnp.linalg.norm(err))
         k = 1 if previous is None else previous.iteration + 1
@@ -205,25 +202,7 @@ def solve_diis(
         return Step(x_new, normt, float(rnorm))
 
     report = Reporting(method=method, verbose=verbose, throw=throw)
-    return iterate(step, lambda xv: energy(xv, energy_fn), x0, unravel, stop=stop, report=report)
-
-
-def as_pytree(fn: Callable[..., Any]) -> Partial:
-    """``fn`` as a pytree, so that the solvers pass its bound arrays to their jitted steps.
-
-    A :class:`jax.tree_util.Partial` keeps its bound arguments as pytree leaves: given to
-    a jitted function as an argument, they are its inputs. A plain function's captured
-    arrays would be compiled into the program as constants (XLA folds and copies them:
-    seconds of compile time and a second copy of every integral). The drivers bind the
-    integrals this way; a plain function is wrapped as is.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> fn = as_pytree(Partial(lambda g, t: {"t": g * t["t"]}, jnp.ones(2)))
-        >>> len(jax.tree.leaves(fn)), len(jax.tree.leaves(as_pytree(lambda t: t)))
-        (1, 0)
-    """
-    return fn if isinstance(fn, Partial) else Partial(fn)
+    return iterate(step, energy, x0, unravel, stop=stop, report=report)
 
 
 def antisymmetrize(amplitudes: Mapping[str, Any]) -> dict[str, jax.Array]:
@@ -391,9 +370,7 @@ def solve_newton_krylov(
     precond = -1.0 / d
     atol = 1e-3 * t_tol if gmres_atol is None else gmres_atol
 
-    residual_fn, energy_fn = as_pytree(residual_fn), as_pytree(energy_fn)
-
-    def flat_residual(xv, residual_fn):
+    def flat_residual(xv):
         t = unravel(xv)
         r = residual_fn(t)
         _check_residuals(r, t)
@@ -407,8 +384,8 @@ def solve_newton_krylov(
 
     # unravel() orders keys like ravel_pytree of a dict (sorted), as does flat_residual.
     @AotJit
-    def newton_step(xv, rtol, residual_fn):
-        r, jvp = jax.linearize(lambda v: flat_residual(v, residual_fn), xv)
+    def newton_step(xv, rtol):
+        r, jvp = jax.linearize(flat_residual, xv)
 
         def matvec(y):
             py = flat_project(y)
@@ -428,9 +405,9 @@ def solve_newton_krylov(
 
     def step(x: jax.Array, previous: CCIteration | None) -> Step:
         rtol = forcing if previous is None else min(forcing, previous.residual_norm)
-        dx, rnorm, nsteps = newton_step(x, jnp.asarray(rtol), residual_fn)
+        dx, rnorm, nsteps = newton_step(x, jnp.asarray(rtol))
         return Step(x + dx, float(jnp.linalg.norm(dx)), float(rnorm), int(nsteps))
 
-    energy = AotJit(lambda xv, energy_fn: energy_fn(unravel(xv)))
+    energy = AotJit(lambda xv: energy_fn(unravel(xv)))
     report = Reporting(method=method, verbose=verbose, throw=throw, linear_solver=True)
-    return iterate(step, lambda xv: energy(xv, energy_fn), x0, unravel, stop=stop, report=report)
+    return iterate(step, energy, x0, unravel, stop=stop, report=report)

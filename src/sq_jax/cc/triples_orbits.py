@@ -109,10 +109,11 @@ WORKING_SET = 4 * 2**20
 """Largest predicted temporaries of one orbit that a budget route chooses (bytes).
 
 Larger orbits leave the caches, and XLA's element-wise passes over their values (the
-transposed reads of ``W`` and ``V``) slow down faster than the GEMMs speed up.
-Benzene/cc-pVDZ closed-shell (T) on a quiet machine, virtual blocks of 1, 2 and 3
-(2.5, 10 and 29 MiB per orbit): 1.9, 25 and 109 CPU ms per orbit, 6.9, 4.3 and 3.3
-GFLOP per CPU second."""
+transposed reads of ``W``, ``V``, ``Y``) gain nothing from the larger GEMMs.
+Benzene/cc-pVDZ closed-shell (T) on a quiet machine (random inputs, the first orbits of
+the distinct class, two workers), virtual blocks of 1, 2 and 3 (2.5, 10 and 29 MiB per
+orbit): 39–43, 37–50 and 37–38 GFLOP per second. Before the pair-symmetric summand
+(one worker): 6.9, 4.3 and 3.3 GFLOP per CPU second."""
 
 
 def orbit_equations(
