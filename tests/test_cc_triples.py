@@ -74,9 +74,10 @@ def rhf_run():
 
 def test_rhf_triples_equals_pyscf_unbatched_and_batched(rhf_run):
     run, reference = rhf_run
-    e_t = run.ccsd_t()
+    e_t = run.ccsd_t()  # the default route: orbit loops under a quarter of the memory
     assert run.e_t == e_t
     assert abs(e_t - reference) < 1e-9
+    assert abs(ccsd_t(run, program=triples_program(run)) - reference) < 1e-9  # plain
     assert abs(_batched(run) - reference) < 1e-9
     assert abs(_orbits(run) - reference) < 1e-9
 
@@ -108,6 +109,7 @@ def test_uhf_triples_equals_pyscf_uccsd_t(tmp_path):
     mycc = pyscf_cc.UCCSD(mf)
     reference = pyscf_uccsd_t.kernel(mycc, mycc.ao2mo(), t1, t2, verbose=0)
     assert abs(run.ccsd_t() - reference) < 1e-9
+    assert abs(ccsd_t(run, program=triples_program(run)) - reference) < 1e-9  # plain
     assert abs(_batched(run, fraction=3) - reference) < 1e-9
     assert abs(_orbits(run, fraction=3) - reference) < 1e-9
 
@@ -146,6 +148,12 @@ def test_cli_triples_prints_e_t(shipped_run):
     ]  # (T) and CCSD both fit whole
     with contextlib.redirect_stdout(out):
         assert main([*args, "--max-iter", "100"]) == 0
+    lines = dict(line.split("=", 1) for line in out.getvalue().splitlines() if "=" in line)
+    assert abs(float(lines["E(T)               "]) - oracle) < 1e-9
+    assert "orbits of" in lines["(T) time           "]
+    out = io.StringIO()  # neither --batch nor --memory: the orbit loops by default
+    with contextlib.redirect_stdout(out):
+        assert main(["ccsd", "--closed-shell", "--triples", "--quiet", "--max-iter", "100"]) == 0
     lines = dict(line.split("=", 1) for line in out.getvalue().splitlines() if "=" in line)
     assert abs(float(lines["E(T)               "]) - oracle) < 1e-9
     assert "orbits of" in lines["(T) time           "]

@@ -216,8 +216,9 @@ def add_cc_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--triples",
         action="store_true",
-        help="after CCSD, the perturbative triples correction (T), compiled with the same "
-        "--batch or --memory (UHF/ROHF references then take the spin-orbital route)",
+        help="after CCSD, the perturbative triples correction (T): orbit loops under "
+        "--memory (default a quarter of this machine's memory), or the generic batch loops "
+        "of --batch (UHF/ROHF references then take the spin-orbital route)",
     )
     p.add_argument(
         "--dry-run",
