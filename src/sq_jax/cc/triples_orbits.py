@@ -390,7 +390,9 @@ class TriplesOrbits:
         if len(shares) == 1 or any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(inputs)):
             return sum((self.function(arguments, b) for b in shares), jnp.zeros(()))
         # XLA runs one orbit's small GEMMs and element-wise loops on one core: the shares
-        # run concurrently on threads (JAX releases the GIL while a program runs).
+        # run concurrently on threads (JAX releases the GIL while a program runs), on the
+        # one executable compiled here first (threads would race to compile it each).
+        self.function.compiled(arguments, shares[0])
         with concurrent.futures.ThreadPoolExecutor(len(shares)) as pool:
             parts = list(
                 pool.map(lambda b: self.function(arguments, b).block_until_ready(), shares)
