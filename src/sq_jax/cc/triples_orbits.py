@@ -44,7 +44,7 @@ XLA runs one orbit's small GEMMs and loop fusions on one core.
 :meth:`TriplesOrbits.evaluate` runs :attr:`TriplesOrbits.workers` shares of the orbits
 (each class's rows cut evenly) concurrently, on threads, with one compiled program whose
 loop bounds are arguments.
-Benzene/cc-pVDZ on 2 cores: 41 s against PySCF ``ccsd_t``'s 72 s (``bench/README.md``,
+Benzene/cc-pVDZ on 2 cores: 37.5 s against PySCF ``ccsd_t``'s 69.9 s (``bench/README.md``,
 "(T)").
 
 Example:
