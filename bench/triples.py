@@ -12,7 +12,6 @@ this machine's memory: the orbit loops of ``cc.triples_orbits``) and of
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -20,7 +19,13 @@ import numpy as np
 from _timing import log
 
 from sq_jax import cc
-from sq_jax.cc.triples import ccsd_t, triples_inputs, triples_orbits, triples_program
+from sq_jax.cc.triples import (
+    ccsd_t,
+    default_memory_budget,
+    triples_inputs,
+    triples_orbits,
+    triples_program,
+)
 
 
 def _xla_bytes(program: Any, inputs: dict) -> int:
@@ -33,17 +38,13 @@ def _energy(out: Any) -> Any:
     return out["E"] if isinstance(out, dict) else out
 
 
-def _ram_bytes() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def triples_figure(mf: Any, reps: int, fraction: int = 10, ram_share: float = 0.25) -> dict:
+def triples_figure(mf: Any, reps: int, fraction: int = 10) -> dict:
     """(T) of ``mf``'s closed-shell CCSD: sq_jax unbatched and batched, and PySCF.
 
     The batched program's budget is 1/``fraction`` of the unbatched program's memory
-    (XLA's figure when it runs; else the prediction), capped at ``ram_share`` of this
-    machine's memory. An unbatched program predicted above that share is not run
-    (benzene/cc-pVDZ: 277 GiB).
+    (XLA's figure when it runs; else the prediction), capped at ``ccsd_t``'s default
+    budget, a quarter of this machine's memory (``default_memory_budget``). An unbatched
+    program predicted above that cap is not run (benzene/cc-pVDZ: 222 GiB).
     """
     from large import peak_rss, timed_pair
     from pyscf import cc as pyscf_cc
@@ -57,7 +58,7 @@ def triples_figure(mf: Any, reps: int, fraction: int = 10, ram_share: float = 0.
     mycc = pyscf_cc.CCSD(mf)
     eris = mycc.ao2mo()
     rec: dict[str, Any] = {"o": run.nocc, "v": run.nvirt, "ccsd_s": ccsd_s}
-    cap = int(ram_share * _ram_bytes())
+    cap = default_memory_budget()
     programs = {}
     for name in ("unbatched", "batched"):
         t0 = time.perf_counter()

@@ -152,11 +152,11 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
 
 def _triples(run, batch: dict | None, memory: str | None) -> None:
     """Compute and print (T) on the converged amplitudes (``--triples``)."""
-    from .triples import ccsd_t, default_memory_budget, triples_orbits, triples_program
+    from .triples import ccsd_t, triples_orbits, triples_program
 
     start = time.perf_counter()
     if batch is None:  # orbits of block triples: memory-bounded at unbatched FLOPs
-        program = triples_orbits(run, memory_budget=memory or default_memory_budget())
+        program = triples_orbits(run, memory_budget=memory)  # None: the default budget
         kind = "virtual" if program.space == "a" else "occupied"
         loops = (
             f"{program.orbit_count} orbits of blocks of {program.block} {kind} orbitals "

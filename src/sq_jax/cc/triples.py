@@ -106,7 +106,8 @@ def triples_orbits(
     Args:
         run: a finished CCSD run.
         block: virtual orbitals per block; or
-        memory_budget: bytes (or ``"2 GiB"``) for the temporaries (the block is chosen).
+        memory_budget: bytes (or ``"2 GiB"``) for the temporaries (the block is chosen);
+            with neither, :func:`default_memory_budget`.
         workers: concurrent shares of the orbits; ``None``: one per CPU core
             (:func:`~sq_jax.cc.triples_orbits.orbit_loops`).
 
@@ -118,6 +119,8 @@ def triples_orbits(
         (True, True)
     """
     name = "ccsd_t_cs" if run.closed_shell else "ccsd_t_so"
+    if block is None and memory_budget is None:
+        memory_budget = default_memory_budget()
     return orbit_loops(
         triples_program(run), name, block=block, memory_budget=memory_budget, workers=workers
     )
@@ -225,7 +228,7 @@ def _triples_route(
     memory_budget: int | str | None,
     block: int | None,
 ) -> Program | TriplesOrbits:
-    """The plain or batched program, or the orbit loops (budget or block given)."""
+    """The generic batch loops when ``batch`` is given, else the orbit loops."""
     given = [
         n
         for n, v in (("batch", batch), ("memory_budget", memory_budget), ("block", block))
@@ -237,8 +240,6 @@ def _triples_route(
         )
     if batch is not None:
         return triples_program(run, batch=batch)
-    if block is None and memory_budget is None:
-        memory_budget = default_memory_budget()
     return triples_orbits(run, block=block, memory_budget=memory_budget)
 
 

@@ -161,11 +161,12 @@ def orbit_equations(
     (target,) = [eq for eq in equations if eq.name == output]
     inline = {eq.name: eq for eq in equations if eq.name != output and eq.name not in symmetric}
     present = {ix for ix in _indices(target.rhs) if ix in triple}
+    scalar = not _indices(target.lhs)  # then the other space's indices are all dummies
     copies: dict[str, tuple[int, Expr]] = {}  # equal σ copies are summed as one
     for perm in itertools.permutations(sorted(present, key=lambda ix: ix.ordinal)):
         sigma = dict(zip(sorted(present, key=lambda ix: ix.ordinal), perm, strict=True))
         body = _sort_pairs(_inline(relabel(target.rhs, sigma), inline), symmetric, space)
-        if not _indices(target.lhs):  # a scalar: the other space's indices are dummies
+        if scalar:
             body = _sort_pairs(_canonical_dummies(body, symmetric, space), symmetric, space)
         count, _ = copies.get(str(body), (0, body))
         copies[str(body)] = (count + 1, body)
