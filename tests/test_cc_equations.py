@@ -141,3 +141,20 @@ def test_text_residual_is_differentiable(ints, spaces, random_inputs):
     got = jax.jit(lambda x: jax.jvp(text_r2, (x,), (direction,))[1])(t1)
     want = jax.jit(lambda x: jax.jvp(oracle_r2, (x,), (direction,))[1])(t1)
     np.testing.assert_allclose(got, want, atol=1e-11)
+
+
+@pytest.mark.parametrize("name", ["ccsd_cs", "ccd_cs"])
+def test_closed_shell_ladder_multiplies_the_vvvv_block_as_stored(name):
+    # the ladder reads g{a1,a2;a4,a3}: its contracted pair is the block's last two modes,
+    # so no transposed copy of the v^4 block (the largest array) is ever made
+    from sq_jax.lower.ir import Contract
+
+    prog = sq.compile(load_equations(name), sq.Spaces(i=3, a=9))
+    reads = [
+        (read, perm)
+        for ins in prog.lowered.body
+        if isinstance(ins, Contract) and ins.gemm is not None
+        for read, perm in zip(ins.operands, ins.gemm.perms, strict=True)
+        if read.input_key == "g{a,a;a,a}"
+    ]
+    assert reads and all(perm is None for _, perm in reads)
