@@ -5,6 +5,7 @@ Builds forests only (no evaluation), so it runs in seconds at any extents:
     python bench/flop_counts.py                      # benzene/cc-pVDZ: o=21, v=93
     python bench/flop_counts.py --o 21 --v 93 --naux 456 --classes ccsd_cs
     python bench/flop_counts.py --without-blocks     # factored without bilinear blocks
+    python bench/flop_counts.py --dress              # shared inner sums dressed (build_forest)
 
 Spin-orbital sets (``*_so``) are counted at o=2·o, v=2·v. A class is the contraction's
 index ranks (``o3v3`` = three occupied and three virtual labels over both operands);
@@ -52,6 +53,9 @@ def main() -> None:
     parser.add_argument(
         "--without-blocks", action="store_true", help="factor without bilinear blocks"
     )
+    parser.add_argument(
+        "--dress", action="store_true", help="build_forest(dress=True): dressed factors"
+    )
     args = parser.parse_args()
     for name in SETS:
         scale = 2 if name.endswith("_so") else 1
@@ -60,7 +64,7 @@ def main() -> None:
         with unfactored():
             flat = sq.build_forest(eqs, spaces)
         with without_blocks() if args.without_blocks else nullcontext():
-            factored = sq.build_forest(eqs, spaces)
+            factored = sq.build_forest(eqs, spaces, dress=args.dress)
         ratio = factored.flops / flat.flops
         print(f"{name:11s} flat {flat.flops:.4e}  factored {factored.flops:.4e}  ({ratio:.3f}x)")
         if name in args.classes:
