@@ -113,7 +113,7 @@ def build_forest(
             default) keeps every equation's result.
         dress: let a sum fold a shared inner sum into a dressed factor,
             ``F1·S + F2·S -> (F1 + F2)·S`` (closed-shell CCSD's T1-dressed ladder): fewer
-            FLOPs (ccsd_cs at o=21, v=93: 1.95e11 -> 1.86e11) for a larger intermediate
+            FLOPs (ccsd_cs at o=21, v=93: 1.91e11 -> 1.82e11) for a larger intermediate
             (there a v⁴ one; unbatched static peak 10.8 -> 38.6 MB at o=10, v=38).
 
     Returns:
