@@ -18,6 +18,7 @@ from sq_jax import InputError
 from sq_jax.cc.equations import available, load_equations
 from sq_jax.cc.integrals import default_reference, default_system
 from sq_jax.cc.solvers import solve_diis
+from sq_jax.lower.ir import Contract
 from tests.helpers import cc_oracle as oracle
 
 T1, T2 = "t{a;i}", "t{a,a;i,i}"
@@ -147,8 +148,6 @@ def test_text_residual_is_differentiable(ints, spaces, random_inputs):
 def test_closed_shell_ladder_multiplies_the_vvvv_block_as_stored(name):
     # the ladder reads g{a1,a2;a4,a3}: its contracted pair is the block's last two modes,
     # so no transposed copy of the v^4 block (the largest array) is ever made
-    from sq_jax.lower.ir import Contract
-
     prog = sq.compile(load_equations(name), sq.Spaces(i=3, a=9))
     reads = [
         (read, perm)
