@@ -205,6 +205,10 @@ class Forest:
     unread_inputs: frozenset[str] = frozenset()
     """Input names (labels and block keys) that only equations left out of the roots by
     ``outputs=`` read: accepted as inputs and ignored, never reported as unknown."""
+    pair_symmetry: bool = False
+    """Whether the inputs are trusted to have the symmetries they declare, so that the
+    lowering computes products over symmetric pairs of modes at half the FLOPs
+    (:mod:`sq_jax.lower.pairs`; ``sq.compile(..., pair_symmetry=True)``)."""
 
     # -- walks (all iterative: sum chains can be thousands deep) -------------------------
 

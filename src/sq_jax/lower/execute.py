@@ -30,6 +30,7 @@ from ..forest.reference import scalar_value
 from ..schedule.ir import LoopId
 from .gemm import GemmPlan
 from .ir import Combine, Contract, Instr, Loop, Read
+from .pairs import contract_pairs
 from .sums import ProductGroup, SumCut, plan_sums
 
 __all__ = [
@@ -154,10 +155,21 @@ def contract(ins: Contract, ops: list[Any]) -> Any:
         >>> contract(ins, [np.eye(2), np.ones((2, 3))]).tolist()
         [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
     """
+    if ins.pairs is not None:
+
+        def plain(x: Any, y: Any) -> Any:
+            return jnp.einsum(ins.spec, x, y, precision=lax.Precision.HIGHEST)
+
+        return contract_pairs(ins.pairs, ops, _product, plain)
     plan = ins.gemm
     if plan is None:
         return jnp.einsum(ins.spec, *ops, precision=lax.Precision.HIGHEST)
-    lhs, rhs, shape = _matrices(plan, ops)
+    return _product(plan, *ops)
+
+
+def _product(plan: GemmPlan, x: Any, y: Any) -> Any:
+    """The product of two operands as ``plan`` says, in its output order."""
+    lhs, rhs, shape = _matrices(plan, [x, y])
     return _matmul(plan, lhs, rhs).reshape(shape)
 
 

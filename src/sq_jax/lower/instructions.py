@@ -43,12 +43,14 @@ from ..expr.nodes import Index
 from ..forest.dump import expr_text
 from ..forest.inputs import block_key
 from ..forest.nodes import NodeKind
+from ..forest.symmetry import Symmetry, value_symmetries
 from ..schedule import ScheduledForest
 from ..schedule.ir import BuildStep, LoopId, OutputKind, ScopeBlock
 from ..schedule.rich import OccurrenceRec
 from ..schedule.wellformed import crossings
 from .gemm import plan_gemm
 from .ir import Combine, Contract, Instr, Loop, LoweredProgram, Read, Result
+from .pairs import PairPlan, plan_pairs
 
 __all__ = ["lower_schedule"]
 
@@ -75,6 +77,9 @@ class _Walk:
     crossing: dict[int, set[int]]  # id(block) -> values crossing it
     axes: dict[int, tuple[int, ...]] = field(default_factory=dict)
     """Per computed value, its stored axis order (positions in the node's mode order)."""
+    symmetries: Mapping[str, frozenset[Symmetry]] | None = None
+    """Per node key, its symmetries when the forest trusts its inputs' declared ones
+    (``Forest.pair_symmetry``): products over symmetric pairs are packed."""
 
     def name(self, v: int) -> str:
         cell = self.sf.rich.cells[v]
@@ -175,6 +180,16 @@ class _Walk:
         out = first.carried
         node_dims = self.layout_of(v)
         if node.kind is NodeKind.PRODUCT:
+            pairs = None if active else self.pairs(v, (left, right), ops, labels, node_dims)
+            if pairs is not None:
+                table = _letters(labels[0], labels[1], pairs.output)
+                spec = "{},{}->{}".format(
+                    *("".join(table[ix] for ix in g) for g in (*labels, pairs.output))
+                )
+                axes = tuple(out.index(ix) for ix in pairs.output)
+                self.axes[v] = axes
+                dims = tuple(node_dims[a] for a in axes)
+                return Contract(v, spec, ops, dims, (), None, axes, pairs)
             gemm = plan_gemm(
                 labels[0],
                 labels[1],
@@ -199,6 +214,38 @@ class _Walk:
         self.axes[v] = axes
         dims = tuple(node_dims[a] for a in axes)
         return Combine(v, coefs, perms, ops, dims, axes)  # type: ignore[arg-type]
+
+    def pairs(
+        self,
+        v: int,
+        occs: tuple[OccurrenceRec, OccurrenceRec],
+        ops: tuple[Read, Read],
+        labels: tuple[tuple[Index, ...], tuple[Index, ...]],
+        node_dims: tuple[tuple[int, LoopId | None], ...],
+    ) -> PairPlan | None:
+        """A packed plan for a product over a symmetric pair (outside every loop)."""
+        if self.symmetries is None or self.sf.rich.cells[v].occurrences[0].reduced_slot:
+            return None
+        if any(lp is not None for _, lp in node_dims):
+            return None
+        for r in ops:
+            if r.scalar is not None or r.generated or r.slices:
+                return None
+            if any(lp is not None for _, lp in r.dims):
+                return None
+        keys = []
+        for occ in occs:
+            assert occ.node is not None
+            keys.append(self.symmetries.get(occ.node.key, frozenset()))
+        extent = {ix: self.extent(ix) for lab in labels for ix in lab}
+        return plan_pairs(
+            labels,
+            (occs[0].carried, occs[1].carried),
+            (keys[0], keys[1]),
+            self.sf.rich.cells[v].occurrences[0].carried,
+            (self.nbytes(ops[0]), self.nbytes(ops[1])),
+            extent,
+        )
 
     def masks(
         self,
@@ -349,7 +396,9 @@ def lower_schedule(sf: ScheduledForest) -> LoweredProgram:
         id(_block_at(sf.ordered.root, path)): set(vs)
         for path, vs in crossings(sf.ordered, rich.root_values).items()
     }
-    walk = _Walk(sf, rec_at, owner, built, crossing)
+    forest = sf.annotated.forest
+    syms = value_symmetries(forest) if forest.pair_symmetry else None
+    walk = _Walk(sf, rec_at, owner, built, crossing, symmetries=syms)
     state: dict[int, tuple[tuple[int, LoopId | None], ...]] = {}
     body = walk.body(sf.ordered.root, state, [])
     results = []

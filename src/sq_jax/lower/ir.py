@@ -29,6 +29,7 @@ from ..forest.nodes import EvalNode
 from ..plan.batch import LoopKind
 from ..schedule.ir import LoopId
 from .gemm import GemmPlan
+from .pairs import PairPlan
 
 __all__ = ["Combine", "Contract", "Instr", "Layout", "Loop", "LoweredProgram", "Read", "Result"]
 
@@ -109,12 +110,17 @@ class Contract:
     """The matrix-product plan, or ``None`` (plain ``einsum``)."""
     axes: tuple[int, ...] = ()
     """Per stored axis of the result, the position of its mode in the node's order."""
+    pairs: PairPlan | None = None
+    """Set when one operand's free pair is packed (:mod:`sq_jax.lower.pairs`); then
+    ``gemm`` is ``None`` and ``pairs.gemm`` multiplies."""
 
     def __str__(self) -> str:
         ops = []
         perms = self.gemm.perms if self.gemm else (None, None)
         for r, perm in zip(self.operands, perms, strict=True):
             ops.append(str(r) if perm is None else f"{r}.T{perm}".replace(" ", ""))
+        if self.pairs is not None:
+            return f"v{self.value_id} = pairs({self.spec}; {self.pairs}) {ops[0]} {ops[1]}"
         how = "einsum" if self.gemm is None else "gemm"
         return f"v{self.value_id} = {how}({self.spec}) {ops[0]} {ops[1]}"
 

@@ -58,6 +58,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -232,6 +233,8 @@ def _copies(ins: Contract | Combine) -> list[tuple[_CopyKey, Read, Counter]]:
     ]
     if isinstance(ins, Combine):
         return built  # XLA fuses slicing and transposes into the elementwise sum
+    if ins.pairs is not None:
+        return built + _pair_buffers(ins)
     perms = ins.gemm.perms if ins.gemm is not None else (None, None)
     masked = {k for k, _, _ in ins.masks}
     out = built
@@ -242,6 +245,33 @@ def _copies(ins: Contract | Combine) -> list[tuple[_CopyKey, Read, Counter]]:
             source = read.input_key if read.input_key is not None else read.value_id
             key = (source, perm, read.slices, ins.value_id if k in masked else None)
             out.append((key, read, _read_size(read)))
+    return out
+
+
+def _pair_buffers(ins: Contract) -> list[tuple[_CopyKey, Read, Counter]]:
+    """A packed product's buffers (:mod:`sq_jax.lower.pairs`).
+
+    Each operand's packed copy (or its transposed copy), and with a filled free pair the
+    packed product, last; the unpacking fuses into the result's buffer.
+    """
+    plan = ins.pairs
+    assert plan is not None
+    out = []
+    for k, read in enumerate(ins.operands):
+        whole = _ITEMSIZE * math.prod(e for e, _ in read.dims)
+        source = read.input_key if read.input_key is not None else read.value_id
+        if plan.packs[k]:
+            share = math.prod(p.size / p.extent**2 for p in plan.packs[k])
+            key = (source, "packed", (), ins.value_id)
+            out.append((key, read, Counter({((), None): round(whole * share) + ALIGNMENT})))
+        elif plan.gemm.perms[k] is not None:
+            key = (source, plan.gemm.perms[k], (), None)
+            out.append((key, read, Counter({((), None): whole + ALIGNMENT})))
+    if plan.fill is not None:
+        pack = plan.fill.pack
+        result = _ITEMSIZE * math.prod(e for e, _ in ins.dims) * pack.size / pack.extent**2
+        key = (ins.value_id, "packed product", (), ins.value_id)
+        out.append((key, Read(ins.value_id), Counter({((), None): round(result) + ALIGNMENT})))
     return out
 
 
@@ -286,9 +316,11 @@ _Item = tuple[str, Counter]
 """One live buffer: what it is (for messages) and its symbolic size."""
 
 
-def _copy_name(read: Read, perm: tuple[int, ...] | None) -> str:
+def _copy_name(read: Read, perm: tuple[int, ...] | str | None) -> str:
     if read.generated:
         return f"{read} (generated from the energies)"
+    if isinstance(perm, str):  # the buffers of a packed product (_pair_buffers)
+        return f"packed copy of {read}" if perm == "packed" else f"packed product for {read}"
     what = "transposed copy" if perm is not None else "copy"
     return f"{what} of {read}"
 
@@ -348,6 +380,20 @@ class _Walker:
                         feeders.setdefault(root, []).append(j)
                     if perm == tuple(range(len(perm))) and not r.slices and j not in fused:
                         reusable.setdefault(root, set()).add(r.value_id)
+        unpacked_in_sums = {
+            k
+            for k, ins in enumerate(body)
+            if isinstance(ins, Contract)
+            and ins.pairs is not None
+            and ins.pairs.fill is not None
+            and ins.value_id not in keep
+            and all(
+                isinstance(r, Combine)
+                for r in body
+                if not isinstance(r, Loop) and ins.value_id in _reads(r)
+            )
+            and not any(isinstance(r, Loop) and ins.value_id in _reads(r) for r in body)
+        }
         live: dict[int, _Item] = {}
         zeros = _shared_zeros(body)
         placed = _placement(body, set(fused) | set(cuts) | set(plan.skip), keep)
@@ -384,11 +430,24 @@ class _Walker:
                     if v in live and last.get(v) == k and v not in keep and live[v][1] == out[1]
                 ]
                 new = [] if dying else [out]
-                self.emit([*here, *self.copies(ins, done), *new], str(ins))
+                if isinstance(ins, Contract) and ins.pairs is not None and ins.pairs.fill:
+                    # the packed operand dies with the product; the unpacking then reads
+                    # the packed product into the result (observed: XLA's peak is the
+                    # larger of the two), or into the sums that read it, fused with them
+                    *made, packed = self.copies(ins, done)
+                    self.emit([*here, *made, packed], f"{ins} (packed)")
+                    if k in unpacked_in_sums:
+                        live[ins.value_id] = packed
+                        continue
+                    self.emit([*here, packed, *new], str(ins))
+                else:
+                    self.emit([*here, *self.copies(ins, done), *new], str(ins))
                 live[ins.value_id] = out
                 # XLA may run the chain's products in any order: the last one's operand
                 # copies can coincide with all the others' products
                 for j in feeders.get(k, ()):
+                    if j in unpacked_in_sums:
+                        continue  # its own point holds its copies with its packed product
                     copies = self.copies(body[j], done)
                     if copies:
                         self.emit([*here, *copies, *new], f"{body[j]} (late, for {ins})")

@@ -33,6 +33,7 @@ from .aot import AotJit
 from .interpret import run_lowered
 from .ir import LoweredProgram
 from .memory import memory_model
+from .pairs import pair_savings
 
 if TYPE_CHECKING:
     from .shard import ShardPlan
@@ -75,7 +76,8 @@ class Program(eqx.Module):
     """Whether loop bodies are wrapped in ``jax.checkpoint``."""
     flops: int = eqx.field(static=True)
     """Static FLOP count, recomputation across batches included (accumulator adds not):
-    :func:`sq_jax.schedule.cost.schedule_flops`."""
+    :func:`sq_jax.schedule.cost.schedule_flops`, less what packed products over
+    symmetric pairs save (:func:`sq_jax.lower.pairs.pair_savings`)."""
     peak_bytes: int = eqx.field(static=True)
     """Static peak of the intermediates (inputs excluded), from the schedule's peak
     profile (SeQuant's model: one footprint per value)."""
@@ -119,6 +121,33 @@ class Program(eqx.Module):
         :meth:`_place` builds (split blocks zero-padded).
         """
         return self.aot.jitted
+
+    def without_pair_symmetry(self) -> Program:
+        """This program with every product computed plainly (no packed pairs).
+
+        For inputs that may lack the symmetries they declare: a program compiled with
+        ``pair_symmetry=True`` is exact only on inputs that have them
+        (:mod:`sq_jax.lower.pairs`). Returns ``self`` when nothing is packed.
+
+        Example:
+            >>> import sq_jax as sq
+            >>> text = "R{a1,a2;i1,i2} = g{a1,a2;a3,a4} t{a3,a4;i1,i2}"
+            >>> prog = sq.compile(text, sq.Spaces(i=3, a=4), pair_symmetry=True)
+            >>> prog.flops, prog.without_pair_symmetry().flops
+            (3072, 4608)
+        """
+        from dataclasses import replace
+
+        from .instructions import lower_schedule
+        from .shard import make_shard_plan
+
+        forest = self.schedule.annotated.forest
+        if not forest.pair_symmetry:
+            return self
+        plain = replace(forest, pair_symmetry=False)
+        sf = replace(self.schedule, annotated=replace(self.schedule.annotated, forest=plain))
+        shard = None if self.mesh is None else make_shard_plan(self.mesh, None)
+        return make_program(sf, lower_schedule(sf), remat=self.remat, shard=shard)
 
     def compiled(self, inputs: Mapping[str, Any]) -> Any:
         """The executable for these inputs' shapes (what a top-level call runs).
@@ -255,7 +284,7 @@ def make_program(
         schedule=sf,
         lowered=lowered,
         remat=remat,
-        flops=schedule_flops(sf),
+        flops=schedule_flops(sf) - pair_savings(lowered.body),
         peak_bytes=sf.peak.peak_bytes,
         memory_bytes=memory_model(lowered).peak(),
         aot=fn,

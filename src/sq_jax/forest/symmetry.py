@@ -1,0 +1,210 @@
+"""Which values of a forest are symmetric under swapping pairs of their modes.
+
+A *symmetry* of a value ``X`` with modes ``(m_0, …, m_{n-1})`` (its node's canonical
+order) is a position permutation ``p`` and a sign ``s`` with
+``X[x_0, …, x_{n-1}] = s · X[x_{p[0]}, …, x_{p[n-1]}]`` for every element. The
+lowering (:mod:`sq_jax.lower.pairs`) uses them to compute a product over a symmetric
+pair of modes only for ``x ≤ y`` and fill the rest by symmetry: the o²v⁴ ladter
+``g_ab^cd τ_cd^ij`` of CCSD at half its FLOPs.
+
+Symmetries come from what the inputs **declare** (SeQuant's ``:P-B-C`` annotation,
+:class:`~sq_jax.expr.nodes.Symmetry`), so they are trusted only when the caller says
+its inputs have them (``sq.compile(..., pair_symmetry=True)``): SeQuant's default
+annotation ``N-C-S`` declares every tensor column-symmetric. Used:
+
+* **column symmetry** ``S``: swapping two columns (bra slot *k* with bra slot *l* and
+  ket slot *k* with ket slot *l* together) leaves the tensor unchanged —
+  ``g{p,q;r,s} = g{q,p;s,r}``, closed-shell ``t{a,b;i,j} = t{b,a;j,i}``;
+* **permutational symmetry** ``A`` / ``S`` within the bra (or the ket): swapping two of
+  its slots flips the sign (``A``) or keeps it (``S``).
+
+Bra/ket (``C``/``H``) symmetry is not used: it holds only for real tensors. A swap is
+used only between slots of one index space (otherwise it maps the block to another
+block), and never on a leaf with a repeated label (a trace).
+
+They propagate through the forest: a product is symmetric under a pair of its operands'
+symmetries that agree on the shared (contracted and Hadamard) modes and keep the result
+modes among themselves, and under swapping two operands that are the same value (the
+``t1 ⊗ t1`` of τ); a sum under what both terms share, and ``c·Y + c·ψ(Y)`` under ``ψ``.
+
+Example:
+    >>> import sq_jax as sq
+    >>> f = sq.build_forest(sq.parse("R{a1,a2;i1,i2} = g{a1,a2;a3,a4} t{a3,a4;i1,i2}"),
+    ...                     sq.Spaces(i=2, a=3))
+    >>> syms = value_symmetries(f)
+    >>> node = f.roots[0].node
+    >>> [str(ix) for ix in node.indices], sorted(syms[node.key])
+    (['a_1', 'a_2', 'i_1', 'i_2'], [((0, 1, 2, 3), 1), ((1, 0, 3, 2), 1)])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ..expr.nodes import Index, Tensor
+from .nodes import EvalNode, Forest, NodeKind
+
+__all__ = ["Symmetry", "value_symmetries"]
+
+Symmetry = tuple[tuple[int, ...], int]
+"""A position permutation of a value's modes and its sign (see the module docstring)."""
+
+_MAX_GROUP = 48
+"""At most this many symmetries are kept per value (a larger group is cut short: fewer
+symmetries are found, none is wrong)."""
+
+_LabelSym = tuple[dict[Index, Index], int]
+
+
+def _leaf(tensor: Tensor) -> list[Symmetry]:
+    """Generators of a leaf's declared symmetries, on its slots (bra, ket, aux)."""
+    slots = tensor.indices
+    if len(set(slots)) != len(slots):
+        return []
+    nb, nk = len(tensor.bra), len(tensor.ket)
+    out: list[Symmetry] = []
+
+    def swap(*pairs: tuple[int, int]) -> tuple[int, ...]:
+        perm = list(range(len(slots)))
+        for x, y in pairs:
+            perm[x], perm[y] = y, x
+        return tuple(perm)
+
+    sym = tensor.symmetry
+    for first, count in ((0, nb), (nb, nk)):
+        if sym.perm == "N":
+            break
+        for k in range(count - 1):
+            x, y = first + k, first + k + 1
+            if slots[x].space == slots[y].space:
+                out.append((swap((x, y)), -1 if sym.perm == "A" else 1))
+    if sym.column == "S" and nb == nk:
+        for k in range(nb - 1):
+            bra, ket = (k, k + 1), (nb + k, nb + k + 1)
+            if all(slots[x].space == slots[y].space for x, y in (bra, ket)):
+                out.append((swap(bra, ket), 1))
+    return out
+
+
+def _to_labels(labels: Sequence[Index], sym: Symmetry) -> _LabelSym:
+    perm, sign = sym
+    return {labels[k]: labels[perm[k]] for k in range(len(labels))}, sign
+
+
+def _to_positions(labels: Sequence[Index], sym: _LabelSym) -> Symmetry | None:
+    mapping, sign = sym
+    where = {ix: k for k, ix in enumerate(labels)}
+    perm = []
+    for ix in labels:
+        image = mapping.get(ix, ix)
+        if image not in where:
+            return None  # moves a result mode onto a summed one
+        perm.append(where[image])
+    if sorted(perm) != list(range(len(labels))):
+        return None
+    return tuple(perm), sign
+
+
+def _closure(generators: Sequence[Symmetry], rank: int) -> frozenset[Symmetry]:
+    """The group the generators make (with the identity), at most ``_MAX_GROUP`` long."""
+    identity: Symmetry = (tuple(range(rank)), 1)
+    group = {identity}
+    frontier = [identity]
+    gens = [g for g in generators if g != identity]
+    while frontier and len(group) < _MAX_GROUP:
+        nxt = []
+        for perm, sign in frontier:
+            for gp, gs in gens:
+                new = (tuple(perm[gp[k]] for k in range(rank)), sign * gs)
+                if new[0] == identity[0] and new[1] == -1:
+                    return frozenset({identity})  # X = -X: contradictory declarations
+                if new not in group:
+                    group.add(new)
+                    nxt.append(new)
+        frontier = nxt
+    return frozenset(group)
+
+
+def _product(
+    node: EvalNode, left: frozenset[Symmetry], right: frozenset[Symmetry]
+) -> list[Symmetry]:
+    assert node.left is not None and node.right is not None
+    la, lb = node.left.indices, node.right.indices
+    if len(set(la)) != len(la) or len(set(lb)) != len(lb):
+        return []
+    shared = set(la) & set(lb)
+    out: list[Symmetry] = []
+    for sa in left:
+        ma, sign_a = _to_labels(la, sa)
+        for sb in right:
+            mb, sign_b = _to_labels(lb, sb)
+            if any(ma[ix] != mb[ix] for ix in shared):
+                continue
+            found = _to_positions(node.indices, ({**ma, **mb}, sign_a * sign_b))
+            if found is not None:
+                out.append(found)
+    if node.left.key == node.right.key:  # swapping the two operands
+        mapping: dict[Index, Index] = {}
+        for x, y in zip(la, lb, strict=True):
+            for u, w in ((x, y), (y, x)):
+                if mapping.setdefault(u, w) != w:
+                    return out
+        found = _to_positions(node.indices, (mapping, 1))
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def _sum(node: EvalNode, left: frozenset[Symmetry], right: frozenset[Symmetry]) -> list[Symmetry]:
+    assert node.left is not None and node.right is not None
+    la, lb, out_labels = node.left.indices, node.right.indices, node.indices
+    if len(set(out_labels)) != len(out_labels):
+        return []
+    mine_a = {_to_positions(out_labels, _to_labels(la, s)) for s in left}
+    mine_b = {_to_positions(out_labels, _to_labels(lb, s)) for s in right}
+    out = [s for s in mine_a & mine_b if s is not None]
+    ca, cb = node.left_coef, node.right_coef
+    if node.left.key == node.right.key and abs(ca) == abs(cb):
+        # right = left with its labels moved by psi: c·Y + c'·ψ(Y) is symmetric under ψ
+        psi = {x: y for x, y in zip(la, lb, strict=True)}
+        if all(psi.get(psi[x], psi[x]) == x for x in psi):  # an involution
+            found = _to_positions(out_labels, (psi, 1 if ca == cb else -1))
+            if found is not None and found[0] != tuple(range(len(out_labels))):
+                out.append(found)
+    return out
+
+
+def value_symmetries(forest: Forest) -> Mapping[str, frozenset[Symmetry]]:
+    """The symmetries of every value of ``forest``, by node key (identity included).
+
+    Args:
+        forest: the eval forest; its leaves' declared symmetries are trusted.
+
+    Returns:
+        Node key → the group of :data:`Symmetry` of that value, on its canonical mode
+        order (leaves and scalars included).
+
+    Example:
+        >>> import sq_jax as sq
+        >>> eqs = sq.parse("R{a1,a2;i1,i2} = t{a1;i1} t{a2;i2}")
+        >>> f = sq.build_forest(eqs, sq.Spaces(i=2, a=3))
+        >>> node = f.roots[0].node  # t1 ⊗ t1: swap the two factors
+        >>> [str(ix) for ix in node.indices], sorted(value_symmetries(f)[node.key])
+        (['a_1', 'i_1', 'a_2', 'i_2'], [((0, 1, 2, 3), 1), ((2, 3, 0, 1), 1)])
+    """
+    out: dict[str, frozenset[Symmetry]] = {}
+    for node in forest.distinct():
+        rank = len(node.indices)
+        if node.kind is NodeKind.LEAF:
+            assert node.tensor is not None
+            gens = _leaf(node.tensor)
+        elif node.kind is NodeKind.PRODUCT:
+            assert node.left is not None and node.right is not None
+            gens = _product(node, out[node.left.key], out[node.right.key])
+        elif node.kind is NodeKind.SUM:
+            assert node.left is not None and node.right is not None
+            gens = _sum(node, out[node.left.key], out[node.right.key])
+        else:
+            gens = []
+        out[node.key] = _closure(gens, rank)
+    return out
