@@ -348,8 +348,16 @@ def _compile(
     residual_eqs = [eq for eq in equations if eq.name in residual_of]
     energy_eqs = [eq for eq in equations if eq.name == "E"]
     budget = {} if settings.memory_budget is None else {"memory_budget": settings.memory_budget}
+    # The integrals (real orbitals) and the amplitudes have the symmetries the equation
+    # files declare, so products over symmetric pairs (the ladder) run packed; their
+    # derivatives stay exact (lambda, EOM and implicit differentiation read them).
     residual = compile_program(
-        residual_eqs, spaces, batch=settings.batch, remat=settings.remat, **budget
+        residual_eqs,
+        spaces,
+        batch=settings.batch,
+        remat=settings.remat,
+        pair_symmetry=True,
+        **budget,
     )
     keys = [residual_of[eq.name] for eq in residual_eqs]
     return _Compiled(residual, compile_program(energy_eqs, spaces), residual_of, keys, after)

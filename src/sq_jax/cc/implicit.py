@@ -188,7 +188,9 @@ class ImplicitEnergy:
         self.closed_shell: bool = bool(run.closed_shell)
         self.nocc: int = int(run.nocc)
         self.nvirt: int = int(run.nvirt)
-        self._residual_program = run.residual_program
+        # the energy is solved at any (f, g) the caller passes, symmetric or not: no
+        # products packed by the symmetries the integrals declare
+        self._residual_program = run.residual_program.without_pair_symmetry()
         self._energy_program = run.energy_program
         self._reads_r = _reads(run.residual_program)
         self._reads_e = _reads(run.energy_program)
