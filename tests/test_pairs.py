@@ -188,16 +188,31 @@ def test_nothing_is_packed_without_the_option_or_without_declared_symmetry():
     assert _pairs(sq.compile(text, spaces, pair_symmetry=True))
 
 
-def test_packed_products_inside_batched_programs():
-    spaces = sq.Spaces(i=3, a=6)
-    text = load_equations("ccsd_cs")
+@pytest.mark.parametrize(
+    ("name", "plan"),
+    [
+        ("ccsd_cs", {"a": 2}),
+        ("ccsd_so", {"a": 2}),
+        ("ccsd_so", {"i": 2}),
+        ("ccsd_so", {"a": {"batches": 3, "roles": "external"}}),
+    ],
+    ids=["cs-a2", "so-a2", "so-i2", "so-a3-external"],
+)
+def test_packed_products_inside_batched_programs(name, plan):
+    # a pair whose modes no loop cuts is packed inside the loop, batch by batch
+    spaces = sq.Spaces(i=4, a=7)
+    text = load_equations(name)
     plain = sq.compile(text, spaces)
-    batched = sq.compile(text, spaces, batch={"a": 2}, pair_symmetry=True)
+    batched = sq.compile(text, spaces, batch=plan, pair_symmetry=True)
     blocks = symmetric_inputs(plain.schedule.annotated.forest, seed=2)
     want, got = plain(blocks), batched(blocks)
     for k in want:
         tol = 1e-12 * (1 + np.abs(want[k]).max())
         np.testing.assert_allclose(got[k], want[k], rtol=0, atol=tol)
+    inside = [i for lp in batched.lowered.loops() for i in lp.body if getattr(i, "pairs", None)]
+    unpacked = sq.compile(text, spaces, batch=plan)
+    if name == "ccsd_so":  # every antisymmetric summed pair survives a cut of another mode
+        assert inside and batched.flops < unpacked.flops
 
 
 @pytest.mark.parametrize("name", ["ccsd_cs", "ccsd_so"])

@@ -180,7 +180,7 @@ class _Walk:
         out = first.carried
         node_dims = self.layout_of(v)
         if node.kind is NodeKind.PRODUCT:
-            pairs = None if active else self.pairs(v, (left, right), ops, labels, node_dims)
+            pairs = self.pairs(v, (left, right), ops, labels, node_dims)
             if pairs is not None:
                 table = _letters(labels[0], labels[1], pairs.output)
                 spec = "{},{}->{}".format(
@@ -189,7 +189,8 @@ class _Walk:
                 axes = tuple(out.index(ix) for ix in pairs.output)
                 self.axes[v] = axes
                 dims = tuple(node_dims[a] for a in axes)
-                return Contract(v, spec, ops, dims, (), None, axes, pairs)
+                masks = self.masks(first, labels, ops)
+                return Contract(v, spec, ops, dims, masks, None, axes, pairs)
             gemm = plan_gemm(
                 labels[0],
                 labels[1],
@@ -223,16 +224,17 @@ class _Walk:
         labels: tuple[tuple[Index, ...], tuple[Index, ...]],
         node_dims: tuple[tuple[int, LoopId | None], ...],
     ) -> PairPlan | None:
-        """A packed plan for a product over a symmetric pair (outside every loop)."""
-        if self.symmetries is None or self.sf.rich.cells[v].occurrences[0].reduced_slot:
+        """A packed plan for a product over symmetric pairs whose modes are not batched."""
+        if self.symmetries is None:
             return None
-        if any(lp is not None for _, lp in node_dims):
-            return None
-        for r in ops:
-            if r.scalar is not None or r.generated or r.slices:
+        first = self.sf.rich.cells[v].occurrences[0]
+        fixed = {mode for mode, _ in first.reduced_slot}  # summed in batches
+        fixed |= {first.carried[a] for a, (_, lp) in enumerate(node_dims) if lp is not None}
+        for r, lab in zip(ops, labels, strict=True):
+            if r.scalar is not None or r.generated:
                 return None
-            if any(lp is not None for _, lp in r.dims):
-                return None
+            fixed |= {lab[p] for p, _ in r.slices}
+            fixed |= {lab[p] for p, (_, lp) in enumerate(r.dims) if lp is not None}
         keys = []
         for occ in occs:
             assert occ.node is not None
@@ -242,9 +244,10 @@ class _Walk:
             labels,
             (occs[0].carried, occs[1].carried),
             (keys[0], keys[1]),
-            self.sf.rich.cells[v].occurrences[0].carried,
+            first.carried,
             (self.nbytes(ops[0]), self.nbytes(ops[1])),
             extent,
+            frozenset(fixed),
         )
 
     def masks(

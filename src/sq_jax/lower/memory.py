@@ -248,6 +248,13 @@ def _copies(ins: Contract | Combine) -> list[tuple[_CopyKey, Read, Counter]]:
     return out
 
 
+def _scaled(size: Counter, share: float) -> Counter:
+    """A buffer's symbolic size with its elements scaled by ``share`` (alignment kept)."""
+    out = Counter({m: round(c * share) for m, c in size.items() if m != ((), None)})
+    out[((), None)] += round((size[((), None)] - ALIGNMENT) * share) + ALIGNMENT
+    return out
+
+
 def _pair_buffers(ins: Contract) -> list[tuple[_CopyKey, Read, Counter]]:
     """A packed product's buffers (:mod:`sq_jax.lower.pairs`).
 
@@ -258,20 +265,26 @@ def _pair_buffers(ins: Contract) -> list[tuple[_CopyKey, Read, Counter]]:
     assert plan is not None
     out = []
     for k, read in enumerate(ins.operands):
-        whole = _ITEMSIZE * math.prod(e for e, _ in read.dims)
         source = read.input_key if read.input_key is not None else read.value_id
         if plan.packs[k]:
             share = math.prod(p.size / p.extent**2 for p in plan.packs[k])
-            key = (source, "packed", (), ins.value_id)
-            out.append((key, read, Counter({((), None): round(whole * share) + ALIGNMENT})))
-        elif plan.gemm.perms[k] is not None:
-            key = (source, plan.gemm.perms[k], (), None)
-            out.append((key, read, Counter({((), None): whole + ALIGNMENT})))
+            stored = plan.stored[k]
+            how = tuple(
+                (stored.index(p.labels[0]), stored.index(p.labels[1])) for p in plan.packs[k]
+            )
+            # an input's packed copy is one copy per layout, hoisted out of the loops that
+            # do not cut it (like a transposed copy); a computed value's is made here
+            owner = None if read.input_key is not None else ins.value_id
+            key = (source, ("packed", how, k == plan.weighted), read.slices, owner)
+            out.append((key, read, _scaled(_read_size(read), share)))
+        elif plan.gemm.perms[k] is not None or read.slices or k in {m[0] for m in ins.masks}:
+            key = (source, plan.gemm.perms[k], read.slices, ins.value_id)
+            out.append((key, read, _read_size(read)))
     if plan.fill is not None:
         pack = plan.fill.pack
-        result = _ITEMSIZE * math.prod(e for e, _ in ins.dims) * pack.size / pack.extent**2
         key = (ins.value_id, "packed product", (), ins.value_id)
-        out.append((key, Read(ins.value_id), Counter({((), None): round(result) + ALIGNMENT})))
+        size = _scaled(_size(ins.dims), pack.size / pack.extent**2)
+        out.append((key, Read(ins.value_id), size))
     return out
 
 
@@ -316,11 +329,13 @@ _Item = tuple[str, Counter]
 """One live buffer: what it is (for messages) and its symbolic size."""
 
 
-def _copy_name(read: Read, perm: tuple[int, ...] | str | None) -> str:
+def _copy_name(read: Read, perm: tuple | str | None) -> str:
     if read.generated:
         return f"{read} (generated from the energies)"
-    if isinstance(perm, str):  # the buffers of a packed product (_pair_buffers)
-        return f"packed copy of {read}" if perm == "packed" else f"packed product for {read}"
+    if isinstance(perm, tuple) and perm and perm[0] == "packed":  # see _pair_buffers
+        return f"packed copy of {read}"
+    if perm == "packed product":
+        return f"packed product for {read}"
     what = "transposed copy" if perm is not None else "copy"
     return f"{what} of {read}"
 

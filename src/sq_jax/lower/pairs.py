@@ -58,7 +58,7 @@ from ..expr.nodes import Index
 from ..forest.symmetry import Symmetry
 from .gemm import GemmPlan, plan_gemm
 
-__all__ = ["PairPlan", "contract_pairs", "pair_savings", "plan_pairs"]
+__all__ = ["Fill", "Pack", "PairPlan", "contract_pairs", "pair_shares", "plan_pairs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +187,7 @@ def plan_pairs(
     out: Sequence[Index],
     nbytes: tuple[int, int],
     extent: Mapping[Index, int],
+    fixed: frozenset[Index] = frozenset(),
 ) -> PairPlan | None:
     """A packed plan for ``einsum(stored[0], stored[1] -> out)``, or ``None``.
 
@@ -206,6 +207,7 @@ def plan_pairs(
         out: the result's modes.
         nbytes: each operand's size: the smaller one's free pair is packed.
         extent: each label's extent.
+        fixed: modes cut to a loop's batch here: no pair may hold one.
 
     Returns:
         The plan, or ``None`` when no pair of either kind is found.
@@ -217,6 +219,8 @@ def plan_pairs(
     lone = [_lone_swaps(node_labels[k], syms[k], contracted) for k in (0, 1)]
     summed: Pack | None = None
     for pair in sorted(set(lone[0]) & set(lone[1]), key=lambda p: sorted(map(str, p))):
+        if pair & fixed:
+            continue
         if lone[0][pair] == lone[1][pair]:  # opposite signs: the product is zero
             k1, k2 = sorted(pair, key=list(stored[0]).index)
             if extent[k1] == extent[k2]:
@@ -227,11 +231,13 @@ def plan_pairs(
     fill: tuple[int, Pack, tuple[Index, Index], int] | None = None
     pairs = sorted(set(joint[0]) & set(joint[1]), key=lambda p: sorted(map(str, p)))
     for pair in pairs:
+        if pair & fixed:
+            continue
         for packed in order:
             other = 1 - packed
             (g1, g2), s_packed = joint[packed][pair]
             (f1, f2), s_other = joint[other][pair]
-            if extent[g1] != extent[g2] or not {g1, g2, f1, f2} <= out_set:
+            if extent[g1] != extent[g2] or not {g1, g2, f1, f2} <= out_set - fixed:
                 continue
             if {f1, f2} & set(stored[packed]) or {g1, g2} & set(stored[other]):
                 continue  # a Hadamard mode: both operands would have to swap it
@@ -353,21 +359,18 @@ def _packed(plan: PairPlan, ops: list[Any], matmul: Any) -> Any:
     return jnp.where(below, swapped if fill.sign > 0 else -swapped, full)
 
 
-def pair_savings(body: Sequence[Any]) -> int:
-    """FLOPs the packed products of ``body`` (top-level instructions) do not do.
+def pair_shares(lowered: Any) -> dict[int, float]:
+    """Per value id of a packed product, anywhere in ``lowered``: its share of the FLOPs.
 
-    Each packed product costs :attr:`PairPlan.fraction` of the plain one, whose FLOPs
-    are 2 × the product of its modes' extents.
+    The share is :attr:`PairPlan.fraction` of the plain product's.
     """
-    saved = 0.0
-    for ins in body:
-        plan = getattr(ins, "pairs", None)
-        if plan is None:
-            continue
-        inputs, _ = ins.spec.split("->")
-        extent: dict[str, int] = {}
-        for letters, read in zip(inputs.split(","), ins.operands, strict=True):
-            extent.update((c, e) for c, (e, _) in zip(letters, read.dims, strict=True))
-        full = 2 * int(np.prod(list(extent.values()), dtype=np.float64))
-        saved += full * (1 - plan.fraction)
-    return round(saved)
+    out: dict[int, float] = {}
+    stack = list(lowered.body)
+    while stack:
+        ins = stack.pop()
+        body = getattr(ins, "body", None)
+        if body is not None:  # a loop
+            stack.extend(body)
+        elif getattr(ins, "pairs", None) is not None:
+            out[ins.value_id] = ins.pairs.fraction
+    return out

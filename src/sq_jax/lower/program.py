@@ -33,7 +33,7 @@ from .aot import AotJit
 from .interpret import run_lowered
 from .ir import LoweredProgram
 from .memory import memory_model
-from .pairs import pair_savings
+from .pairs import pair_shares
 
 if TYPE_CHECKING:
     from .shard import ShardPlan
@@ -76,8 +76,8 @@ class Program(eqx.Module):
     """Whether loop bodies are wrapped in ``jax.checkpoint``."""
     flops: int = eqx.field(static=True)
     """Static FLOP count, recomputation across batches included (accumulator adds not):
-    :func:`sq_jax.schedule.cost.schedule_flops`, less what packed products over
-    symmetric pairs save (:func:`sq_jax.lower.pairs.pair_savings`)."""
+    :func:`sq_jax.schedule.cost.schedule_flops`, products over symmetric pairs at their
+    packed share (:func:`sq_jax.lower.pairs.pair_shares`)."""
     peak_bytes: int = eqx.field(static=True)
     """Static peak of the intermediates (inputs excluded), from the schedule's peak
     profile (SeQuant's model: one footprint per value)."""
@@ -284,7 +284,7 @@ def make_program(
         schedule=sf,
         lowered=lowered,
         remat=remat,
-        flops=schedule_flops(sf) - pair_savings(lowered.body),
+        flops=schedule_flops(sf, pair_shares(lowered)),
         peak_bytes=sf.peak.peak_bytes,
         memory_bytes=memory_model(lowered).peak(),
         aot=fn,

@@ -195,11 +195,13 @@ def _generated_terms(
     return out
 
 
-def schedule_flops(scheduled: ScheduledForest) -> int:
+def schedule_flops(scheduled: ScheduledForest, scale: Mapping[int, float] | None = None) -> int:
     """FLOPs of executing the ordered schedule, recomputation included (module docstring).
 
     Args:
         scheduled: the output of :func:`sq_jax.schedule.schedule_forest`.
+        scale: per value id, a factor on its productions' FLOPs (the lowering runs some
+            products at a share of their plain count: :mod:`sq_jax.lower.pairs`).
 
     Returns:
         The FLOP count; ``forest.flops`` when nothing is batched, never below it otherwise.
@@ -221,4 +223,6 @@ def schedule_flops(scheduled: ScheduledForest) -> int:
         for s in ann.plan.spaces
         if spaces.has_extent(s.space)
     }
-    return sum(t.count(batches) for t in flop_terms(scheduled))
+    if not scale:
+        return sum(t.count(batches) for t in flop_terms(scheduled))
+    return round(sum(t.count(batches) * scale.get(t.value_id, 1) for t in flop_terms(scheduled)))
