@@ -367,22 +367,24 @@ def dry_run(
     equations, _ = parse_cc_equations(load_equations(name), spaces)  # as solve_cc does
     residual_eqs = [eq for eq in equations if eq.name != "E"]
     energy = compile_program([eq for eq in equations if eq.name == "E"], spaces)
-    unbatched = compile_program(residual_eqs, spaces)
+    unbatched = compile_program(residual_eqs, spaces, pair_symmetry=True)
     budget = None if memory_budget is None else parse_bytes(memory_budget)
     smallest, message = None, ""
     if batch is not None:  # the given plan; a budget is only checked
-        program = compile_program(residual_eqs, spaces, batch=batch)
+        program = compile_program(residual_eqs, spaces, batch=batch, pair_symmetry=True)
     elif budget is not None:  # the planner's choice, by the model (compile() would also
         # hold it to XLA's figures, which needs an XLA compile: a dry run compiles nothing)
         try:
             plan = plan_for_budget(build_forest(residual_eqs, spaces), budget)
-            program = compile_program(residual_eqs, spaces, batch=plan)
+            program = compile_program(residual_eqs, spaces, batch=plan, pair_symmetry=True)
         except MemoryBudgetError as err:
             message = str(err)
             smallest = getattr(err, "smallest_feasible", None)
             floor = getattr(err, "plan", None)
             program = (
-                unbatched if floor is None else compile_program(residual_eqs, spaces, batch=floor)
+                unbatched
+                if floor is None
+                else compile_program(residual_eqs, spaces, batch=floor, pair_symmetry=True)
             )
     else:
         program = unbatched
