@@ -19,6 +19,7 @@ from sq_jax.cc.equations import load_equations
 from sq_jax.expr.nodes import Index
 from sq_jax.forest.inputs import block_key
 from sq_jax.forest.symmetry import value_symmetries
+from sq_jax.lower import pairs as pairs_module
 from tests.helpers.dense_eval import evaluate_occurrences
 
 LETTERS = "abcdefgh"
@@ -60,6 +61,14 @@ def _pairs(prog) -> list:
 
 
 CC_SETS = ("ccsd_cs", "ccd_cs", "ccsd_so", "ccd_so")
+
+
+@pytest.fixture(autouse=True)
+def pack_every_pair(request, monkeypatch):
+    """Gathers priced at nothing: every pair found is packed, even at these tiny sizes
+    (where the cost model would pack none); the gate has its own test."""
+    if "priced" not in request.node.name:
+        monkeypatch.setattr(pairs_module, "GATHER_RATE", float("inf"))
 
 
 # -- the inference ------------------------------------------------------------------------
@@ -251,6 +260,24 @@ def test_derivatives_are_the_plain_programs_in_every_direction(name):
     np.testing.assert_allclose(grad_g, want_g, rtol=0, atol=1e-12 * (1 + abs(want_g).max()))
 
 
+def test_pairs_are_packed_where_the_saved_flops_are_priced_above_the_gathers():
+    def packed(o, v):
+        prog = sq.compile(load_equations("ccsd_so"), sq.Spaces(i=o, a=v), pair_symmetry=True)
+        return {
+            (ins.spec.endswith("->"), *map(str, ins.operands)): str(ins.pairs)
+            for ins in _pairs(prog)
+        }
+
+    w1, water_dimer = packed(10, 38), packed(20, 76)
+    ladder = (False, "g{a,a;a,a}", "t{a,a;i,i}")
+    energy = (True, "g{i,i;a,a}", "t{a,a;i,i}")  # the energy's full contraction
+    # H2O/cc-pVDZ: half of the 17 MB g{a,a;a,a} costs more to gather than its sum saves;
+    # tau's (i, j) is still packed. The energy's full contraction is never worth a gather.
+    assert w1 == {ladder: "i_1<=i_2, rest by a_1<->a_2, +1"}
+    assert water_dimer[ladder] == "sums a_3<a_4; i_1<=i_2, rest by a_1<->a_2, +1"
+    assert len(water_dimer) > len(w1) and energy not in water_dimer
+
+
 # -- memory -------------------------------------------------------------------------------
 
 
@@ -273,3 +300,27 @@ def test_the_memory_model_prices_packed_products_as_xla_allocates(text):
     ma = prog.memory_analysis(symmetric_inputs(forest))
     measured = ma.temp_size_in_bytes + ma.output_size_in_bytes
     assert 0.85 <= prog.memory_bytes / measured <= 1.15, (prog.memory_bytes, measured)
+
+
+# -- the CC drivers -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("closed_shell", [True, False], ids=["cs", "so"])
+def test_cc_runs_with_every_pair_packed_equal_the_plain_runs(closed_shell, monkeypatch):
+    # cc.ccsd compiles with pair_symmetry=True; at H2O/STO-3G the cost model packs
+    # nothing, so here everything is packed (fixture) and compared with nothing packed:
+    # the amplitudes, the energy, and Lambda (which differentiates the residual program)
+    from sq_jax import cc
+
+    packed = cc.ccsd(closed_shell=closed_shell)
+    assert any(getattr(i, "pairs", None) for i in packed.residual_program.lowered.body)
+    lam_packed = cc.solve_lambda(packed)
+    monkeypatch.setattr(pairs_module, "GATHER_RATE", 1e-30)  # gathers priced out: none packs
+    plain = cc.ccsd(closed_shell=closed_shell)
+    assert not any(getattr(i, "pairs", None) for i in plain.residual_program.lowered.body)
+    lam_plain = cc.solve_lambda(plain)
+    assert abs(packed.e_corr - plain.e_corr) < 1e-12
+    for key, t in plain.result.amplitudes.items():
+        np.testing.assert_allclose(packed.result.amplitudes[key], t, rtol=0, atol=1e-10)
+    for key, lam in lam_plain.items():
+        np.testing.assert_allclose(lam_packed[key], lam, rtol=0, atol=1e-10)

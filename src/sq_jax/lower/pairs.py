@@ -29,22 +29,31 @@ direction, at the plain cost.
 Example:
     >>> import numpy as np, sq_jax as sq
     >>> text = "R{a1,a2;i1,i2} = g{a1,a2;a3,a4} t{a3,a4;i1,i2}"
-    >>> prog = sq.compile(text, sq.Spaces(i=3, a=4), pair_symmetry=True)
+    >>> prog = sq.compile(text, sq.Spaces(i=10, a=40), pair_symmetry=True)
     >>> print(prog.lowered.body[0])
     v2 = pairs(abcd,cdef->abef; i_1<=i_2, rest by a_1<->a_2, +1) g{a,a;a,a} t{a,a;i,i}
-    >>> anti = "R{a1,a2;i1,i2} = g{a1,a2;a3,a4}:A t{a3,a4;i1,i2}:A"
-    >>> print(sq.compile(anti, sq.Spaces(i=3, a=4), pair_symmetry=True).lowered.body[0].pairs)
-    sums a_3<a_4; i_1<=i_2, rest by a_1<->a_2, +1
     >>> rng = np.random.default_rng(0)
-    >>> g, t = rng.normal(size=(4, 4, 4, 4)), rng.normal(size=(4, 4, 3, 3))
+    >>> g, t = rng.normal(size=(40, 40, 40, 40)), rng.normal(size=(40, 40, 10, 10))
     >>> g, t = g + g.transpose(1, 0, 3, 2), t + t.transpose(1, 0, 3, 2)  # declared: N-C-S
     >>> r = prog({"g{a,a;a,a}": g, "t{a,a;i,i}": t})["R"]
     >>> bool(np.allclose(r, np.einsum("abcd,cdij->abij", g, t)))
     True
+
+    Packing is a gather: a pair is packed only where the FLOPs it saves are worth more
+    than the bytes the gather writes (:data:`FLOP_RATE`, :data:`GATHER_RATE`):
+
+    >>> anti = "R{a1,a2;i1,i2} = g{a1,a2;a3,a4}:A t{a3,a4;i1,i2}:A"
+    >>> for o in (10, 30):  # g{a,a;a,a} packed too only where o is large enough
+    ...     prog = sq.compile(anti, sq.Spaces(i=o, a=40), pair_symmetry=True)
+    ...     print(prog.lowered.body[0].pairs)
+    i_1<=i_2, rest by a_1<->a_2, +1
+    sums a_3<a_4; i_1<=i_2, rest by a_1<->a_2, +1
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +66,16 @@ from jax.custom_derivatives import SymbolicZero
 from ..expr.nodes import Index
 from ..forest.symmetry import Symmetry
 from .gemm import GemmPlan, plan_gemm
+
+FLOP_RATE = 5e10
+"""FLOPs per second of a product on this project's 2-core CPU (JAX float64 GEMM: 60-146
+GFLOP/s alone, about 55 in CCSD): what the FLOPs a packing saves are worth."""
+
+GATHER_RATE = 1e9
+"""Bytes per second a gather writes here (a fresh buffer: 0.5-1.9 GB/s measured for
+17-598 MB), what a packing costs. A pair is packed only where the FLOPs it saves take
+longer than its gathers (measured at H2O/cc-pVDZ sizes: packing the spin-orbital
+ladder's summed pair, half of the 17 MB ``g{a,a;a,a}``, cost as much as it saved)."""
 
 __all__ = ["Fill", "Pack", "PairPlan", "contract_pairs", "pair_shares", "plan_pairs"]
 
@@ -246,8 +265,37 @@ def plan_pairs(
             break
         if fill is not None:
             break
-    if summed is None and fill is None:
-        return None
+    flops = 2.0 * math.prod(extent[ix] for ix in set(stored[0]) | set(stored[1]))
+    out_bytes = 8.0 * math.prod(extent[ix] for ix in out)
+    best: tuple[float, PairPlan] | None = None
+    for use_summed, use_fill in itertools.product((summed, None), (fill, None)):
+        if use_summed is None and use_fill is None:
+            continue
+        plan = _assemble(stored, out, nbytes, use_summed, use_fill)
+        if plan is None:
+            continue
+        # what packing saves in FLOPs against the bytes its gathers write
+        written = sum(
+            nbytes[k] * math.prod(p.size / p.extent**2 for p in plan.packs[k])
+            for k in (0, 1)
+            if plan.packs[k]
+        )
+        if plan.fill is not None:
+            written += out_bytes * plan.fill.pack.size / plan.fill.pack.extent**2
+        gain = flops * (1 - plan.fraction) / FLOP_RATE - written / GATHER_RATE
+        if gain > 0 and (best is None or gain > best[0]):
+            best = (gain, plan)
+    return None if best is None else best[1]
+
+
+def _assemble(
+    stored: tuple[Sequence[Index], Sequence[Index]],
+    out: Sequence[Index],
+    nbytes: tuple[int, int],
+    summed: Pack | None,
+    fill: tuple[int, Pack, tuple[Index, Index], int] | None,
+) -> PairPlan | None:
+    """The plan that packs ``summed`` in both operands and ``fill``'s pair in one."""
     packs: list[list[Pack]] = [[], []]
     if summed is not None:
         packs = [[summed], [summed]]
@@ -268,7 +316,7 @@ def plan_pairs(
     output = tuple(gemm.output)
     done = None
     if fill is not None:
-        packed, pack, (f1, f2), sign = fill
+        _, pack, (f1, f2), sign = fill
         at = output.index(pack.mark)
         swap = (output.index(f1), output.index(f2))
         done = Fill(pack, at, swap, (f1, f2), sign)

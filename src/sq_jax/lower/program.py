@@ -132,9 +132,9 @@ class Program(eqx.Module):
         Example:
             >>> import sq_jax as sq
             >>> text = "R{a1,a2;i1,i2} = g{a1,a2;a3,a4} t{a3,a4;i1,i2}"
-            >>> prog = sq.compile(text, sq.Spaces(i=3, a=4), pair_symmetry=True)
+            >>> prog = sq.compile(text, sq.Spaces(i=10, a=40), pair_symmetry=True)
             >>> prog.flops, prog.without_pair_symmetry().flops
-            (3072, 4608)
+            (281600000, 512000000)
         """
         from dataclasses import replace
 
