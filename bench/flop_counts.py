@@ -6,10 +6,13 @@ Builds forests only (no evaluation), so it runs in seconds at any extents:
     python bench/flop_counts.py --o 21 --v 93 --naux 456 --classes ccsd_cs
     python bench/flop_counts.py --without-blocks     # factored without bilinear blocks
     python bench/flop_counts.py --dress              # shared inner sums dressed (build_forest)
+    python bench/flop_counts.py --pairs              # + the program cc.ccsd compiles (packed)
 
 Spin-orbital sets (``*_so``) are counted at o=2·o, v=2·v. A class is the contraction's
 index ranks (``o3v3`` = three occupied and three virtual labels over both operands);
-``adds`` are the SUM nodes; each class is listed with its number of values.
+``adds`` are the SUM nodes; each class is listed with its number of values. ``--pairs``
+also compiles each set (passes only, no XLA) with ``pair_symmetry=True``, as the CC drivers
+do, and prints the program's FLOPs: products over symmetric pairs (the ladder) packed.
 """
 
 from __future__ import annotations
@@ -56,6 +59,9 @@ def main() -> None:
     parser.add_argument(
         "--dress", action="store_true", help="build_forest(dress=True): dressed factors"
     )
+    parser.add_argument(
+        "--pairs", action="store_true", help="also the packed program's FLOPs (pair_symmetry)"
+    )
     args = parser.parse_args()
     for name in SETS:
         scale = 2 if name.endswith("_so") else 1
@@ -67,6 +73,11 @@ def main() -> None:
             factored = sq.build_forest(eqs, spaces, dress=args.dress)
         ratio = factored.flops / flat.flops
         print(f"{name:11s} flat {flat.flops:.4e}  factored {factored.flops:.4e}  ({ratio:.3f}x)")
+        if args.pairs:
+            with without_blocks() if args.without_blocks else nullcontext():
+                prog = sq.compile(eqs, spaces, dress=args.dress, pair_symmetry=True)
+            share = prog.flops / factored.flops
+            print(f"{'':11s} packed program {prog.flops:.4e}  ({share:.3f}x the factored forest)")
         if name in args.classes:
             (before, n_before), (after, n_after) = flop_classes(flat), flop_classes(factored)
             for cls in sorted(before.keys() | after.keys(), key=lambda c: -before[c]):

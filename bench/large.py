@@ -71,7 +71,7 @@ def sq_iteration(mf: Any, *, df: bool, budget: Any = None) -> dict[str, Any]:
     spaces = builder.spaces()
     text = load_equations("ccsd_cs_df" if df else "ccsd_cs")
     options = {} if budget is None else {"memory_budget": budget}
-    prog = sq.compile(text, spaces, **options)
+    prog = sq.compile(text, spaces, pair_symmetry=True, **options)  # as cc.ccsd compiles
     t1 = time.perf_counter()
     ints = builder.build(read_blocks(prog))
     m1, m2 = ints.mp2_amplitudes()
@@ -244,7 +244,7 @@ def spin_orbital_iteration(name: str, reps: int) -> dict:
     so = system.so
     text = load_equations("ccsd_so")
     t0 = time.perf_counter()
-    prog = sq.compile(text, sq.Spaces(i=so.nocc, a=so.nvirt))
+    prog = sq.compile(text, sq.Spaces(i=so.nocc, a=so.nvirt), pair_symmetry=True)
     t1 = time.perf_counter()
     inputs = wl.block_inputs(prog, so)
     t2 = time.perf_counter()

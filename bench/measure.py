@@ -32,9 +32,15 @@ def _competitors(system: wl.System, closed_shell: bool, batch: dict) -> dict[str
     def for_prog(p):
         return (wl.inputs_for(p, blocks),)
 
-    sq_u = compile_timed(lambda: sq.compile(text, spaces), lambda p: p.jitted, for_prog, SQ_XLA)
+    # as cc.ccsd compiles its residual: the inputs' declared symmetries trusted
+    sq_u = compile_timed(
+        lambda: sq.compile(text, spaces, pair_symmetry=True), lambda p: p.jitted, for_prog, SQ_XLA
+    )
     sq_b = compile_timed(
-        lambda: sq.compile(text, spaces, batch=batch), lambda p: p.jitted, for_prog, SQ_XLA
+        lambda: sq.compile(text, spaces, batch=batch, pair_symmetry=True),
+        lambda p: p.jitted,
+        for_prog,
+        SQ_XLA,
     )
     plain_fn, n_einsums, keys = wl.plain_jax_function(eq_name, ints.nocc, ints.nvirt)
     plain = compile_timed(
@@ -138,13 +144,18 @@ def _contract_row(ins: Any, a: Any, b: Any, reps: int, env: dict) -> dict:
     f = jax.jit(lambda x, y, ins=ins: _contract(ins, [x, y]))  # as the program runs it
     t = median_alone(f, reps, a, b)
     env[ins.value_id] = f(a, b)
+    packed = ins.pairs is not None  # a share of the plain FLOPs (sq_jax.lower.pairs)
     return {
         "op": "einsum",
         "spec": ins.spec,
-        "gemm": str(ins.gemm),
-        "copies": ins.gemm.copies if ins.gemm is not None else 2,
+        "gemm": f"pairs {ins.pairs}" if packed else str(ins.gemm),
+        "copies": sum(map(bool, ins.pairs.packs))
+        if packed
+        else (ins.gemm.copies if ins.gemm is not None else 2),
         "shapes": [a.shape, b.shape],
-        "flops": _flops_of(ins.spec, [a.shape, b.shape]),
+        "flops": round(
+            _flops_of(ins.spec, [a.shape, b.shape]) * (ins.pairs.fraction if packed else 1)
+        ),
         "s": t,
     }
 
@@ -194,7 +205,8 @@ def _instruction_rows(prog: Any, blocks: dict, reps: int) -> list[dict]:
 def profile_w1(system: wl.System, reps: int) -> dict:
     """Time each Contract/Combine of the unbatched ccsd_so program alone (jitted)."""
     ints = system.so
-    prog = sq.compile(load_equations("ccsd_so"), sq.Spaces(i=ints.nocc, a=ints.nvirt))
+    spaces = sq.Spaces(i=ints.nocc, a=ints.nvirt)
+    prog = sq.compile(load_equations("ccsd_so"), spaces, pair_symmetry=True)  # as W1 runs
     blocks = wl.block_inputs(prog, ints)
     rows = _instruction_rows(prog, blocks, reps)
     con = [x for x in rows if x["op"] == "einsum"]
@@ -249,7 +261,7 @@ def _budget_row(text: str, spaces: sq.Spaces, base: dict, label: str, div: int) 
     row: dict[str, Any] = {"budget": label, "budget_bytes": budget}
     try:
         c = compile_timed(
-            lambda b=budget: sq.compile(text, spaces, memory_budget=b),
+            lambda b=budget: sq.compile(text, spaces, memory_budget=b, pair_symmetry=True),
             lambda p: p.jitted,
             lambda p: (xb,),
             SQ_XLA,
@@ -295,7 +307,7 @@ def w3_on(name: str, eq_name: str, ints: Any, reps: int, base: dict | None = Non
     text = load_equations(eq_name)
     if base is None:  # W1 not run for this system: compile the unbatched program here
         base = compile_timed(
-            lambda: sq.compile(text, spaces),
+            lambda: sq.compile(text, spaces, pair_symmetry=True),
             lambda p: p.jitted,
             lambda p: (wl.block_inputs(p, ints),),
             SQ_XLA,
