@@ -4,7 +4,7 @@ A *symmetry* of a value ``X`` with modes ``(m_0, …, m_{n-1})`` (its node's can
 order) is a position permutation ``p`` and a sign ``s`` with
 ``X[x_0, …, x_{n-1}] = s · X[x_{p[0]}, …, x_{p[n-1]}]`` for every element. The
 lowering (:mod:`sq_jax.lower.pairs`) uses them to compute a product over a symmetric
-pair of modes only for ``x ≤ y`` and fill the rest by symmetry: the o²v⁴ ladter
+pair of modes only for ``x ≤ y`` and fill the rest by symmetry: the o²v⁴ ladder
 ``g_ab^cd τ_cd^ij`` of CCSD at half its FLOPs.
 
 Symmetries come from what the inputs **declare** (SeQuant's ``:P-B-C`` annotation,
@@ -44,9 +44,9 @@ from collections.abc import Mapping, Sequence
 from ..expr.nodes import Index, Tensor
 from .nodes import EvalNode, Forest, NodeKind
 
-__all__ = ["Symmetry", "value_symmetries"]
+__all__ = ["ValueSymmetry", "value_symmetries"]
 
-Symmetry = tuple[tuple[int, ...], int]
+ValueSymmetry = tuple[tuple[int, ...], int]
 """A position permutation of a value's modes and its sign (see the module docstring)."""
 
 _MAX_GROUP = 48
@@ -56,13 +56,13 @@ symmetries are found, none is wrong)."""
 _LabelSym = tuple[dict[Index, Index], int]
 
 
-def _leaf(tensor: Tensor) -> list[Symmetry]:
+def _leaf(tensor: Tensor) -> list[ValueSymmetry]:
     """Generators of a leaf's declared symmetries, on its slots (bra, ket, aux)."""
     slots = tensor.indices
     if len(set(slots)) != len(slots):
         return []
     nb, nk = len(tensor.bra), len(tensor.ket)
-    out: list[Symmetry] = []
+    out: list[ValueSymmetry] = []
 
     def swap(*pairs: tuple[int, int]) -> tuple[int, ...]:
         perm = list(range(len(slots)))
@@ -86,12 +86,12 @@ def _leaf(tensor: Tensor) -> list[Symmetry]:
     return out
 
 
-def _to_labels(labels: Sequence[Index], sym: Symmetry) -> _LabelSym:
+def _to_labels(labels: Sequence[Index], sym: ValueSymmetry) -> _LabelSym:
     perm, sign = sym
     return {labels[k]: labels[perm[k]] for k in range(len(labels))}, sign
 
 
-def _to_positions(labels: Sequence[Index], sym: _LabelSym) -> Symmetry | None:
+def _to_positions(labels: Sequence[Index], sym: _LabelSym) -> ValueSymmetry | None:
     mapping, sign = sym
     where = {ix: k for k, ix in enumerate(labels)}
     perm = []
@@ -105,9 +105,9 @@ def _to_positions(labels: Sequence[Index], sym: _LabelSym) -> Symmetry | None:
     return tuple(perm), sign
 
 
-def _closure(generators: Sequence[Symmetry], rank: int) -> frozenset[Symmetry]:
+def _closure(generators: Sequence[ValueSymmetry], rank: int) -> frozenset[ValueSymmetry]:
     """The group the generators make (with the identity), at most ``_MAX_GROUP`` long."""
-    identity: Symmetry = (tuple(range(rank)), 1)
+    identity: ValueSymmetry = (tuple(range(rank)), 1)
     group = {identity}
     frontier = [identity]
     gens = [g for g in generators if g != identity]
@@ -126,14 +126,14 @@ def _closure(generators: Sequence[Symmetry], rank: int) -> frozenset[Symmetry]:
 
 
 def _product(
-    node: EvalNode, left: frozenset[Symmetry], right: frozenset[Symmetry]
-) -> list[Symmetry]:
+    node: EvalNode, left: frozenset[ValueSymmetry], right: frozenset[ValueSymmetry]
+) -> list[ValueSymmetry]:
     assert node.left is not None and node.right is not None
     la, lb = node.left.indices, node.right.indices
     if len(set(la)) != len(la) or len(set(lb)) != len(lb):
         return []
     shared = set(la) & set(lb)
-    out: list[Symmetry] = []
+    out: list[ValueSymmetry] = []
     for sa in left:
         ma, sign_a = _to_labels(la, sa)
         for sb in right:
@@ -155,7 +155,9 @@ def _product(
     return out
 
 
-def _sum(node: EvalNode, left: frozenset[Symmetry], right: frozenset[Symmetry]) -> list[Symmetry]:
+def _sum(
+    node: EvalNode, left: frozenset[ValueSymmetry], right: frozenset[ValueSymmetry]
+) -> list[ValueSymmetry]:
     assert node.left is not None and node.right is not None
     la, lb, out_labels = node.left.indices, node.right.indices, node.indices
     if len(set(out_labels)) != len(out_labels):
@@ -174,14 +176,14 @@ def _sum(node: EvalNode, left: frozenset[Symmetry], right: frozenset[Symmetry]) 
     return out
 
 
-def value_symmetries(forest: Forest) -> Mapping[str, frozenset[Symmetry]]:
+def value_symmetries(forest: Forest) -> Mapping[str, frozenset[ValueSymmetry]]:
     """The symmetries of every value of ``forest``, by node key (identity included).
 
     Args:
         forest: the eval forest; its leaves' declared symmetries are trusted.
 
     Returns:
-        Node key → the group of :data:`Symmetry` of that value, on its canonical mode
+        Node key → the group of :data:`ValueSymmetry` of that value, on its canonical mode
         order (leaves and scalars included).
 
     Example:
@@ -192,7 +194,7 @@ def value_symmetries(forest: Forest) -> Mapping[str, frozenset[Symmetry]]:
         >>> [str(ix) for ix in node.indices], sorted(value_symmetries(f)[node.key])
         (['a_1', 'i_1', 'a_2', 'i_2'], [((0, 1, 2, 3), 1), ((2, 3, 0, 1), 1)])
     """
-    out: dict[str, frozenset[Symmetry]] = {}
+    out: dict[str, frozenset[ValueSymmetry]] = {}
     for node in forest.distinct():
         rank = len(node.indices)
         if node.kind is NodeKind.LEAF:

@@ -43,7 +43,7 @@ from ..expr.nodes import Index
 from ..forest.dump import expr_text
 from ..forest.inputs import block_key
 from ..forest.nodes import NodeKind
-from ..forest.symmetry import Symmetry, value_symmetries
+from ..forest.symmetry import ValueSymmetry, value_symmetries
 from ..schedule import ScheduledForest
 from ..schedule.ir import BuildStep, LoopId, OutputKind, ScopeBlock
 from ..schedule.rich import OccurrenceRec
@@ -77,7 +77,7 @@ class _Walk:
     crossing: dict[int, set[int]]  # id(block) -> values crossing it
     axes: dict[int, tuple[int, ...]] = field(default_factory=dict)
     """Per computed value, its stored axis order (positions in the node's mode order)."""
-    symmetries: Mapping[str, frozenset[Symmetry]] | None = None
+    symmetries: Mapping[str, frozenset[ValueSymmetry]] | None = None
     """Per node key, its symmetries when the forest trusts its inputs' declared ones
     (``Forest.pair_symmetry``): products over symmetric pairs are packed."""
 

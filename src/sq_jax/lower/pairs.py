@@ -64,7 +64,7 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from ..expr.nodes import Index
-from ..forest.symmetry import Symmetry
+from ..forest.symmetry import ValueSymmetry
 from .gemm import GemmPlan, plan_gemm
 
 FLOP_RATE = 5e10
@@ -159,7 +159,7 @@ def _moved(perm: tuple[int, ...]) -> list[int]:
 
 
 def _joint_swaps(
-    labels: Sequence[Index], syms: frozenset[Symmetry], contracted: set[Index]
+    labels: Sequence[Index], syms: frozenset[ValueSymmetry], contracted: set[Index]
 ) -> dict[frozenset[Index], tuple[tuple[Index, Index], int]]:
     """Per contracted pair, a free pair swapped together with it and the sign."""
     out: dict[frozenset[Index], tuple[tuple[Index, Index], int]] = {}
@@ -176,7 +176,7 @@ def _joint_swaps(
 
 
 def _lone_swaps(
-    labels: Sequence[Index], syms: frozenset[Symmetry], contracted: set[Index]
+    labels: Sequence[Index], syms: frozenset[ValueSymmetry], contracted: set[Index]
 ) -> dict[frozenset[Index], int]:
     """Per contracted pair swapped alone (everything else fixed), the sign."""
     out: dict[frozenset[Index], int] = {}
@@ -202,7 +202,7 @@ def _mark(pair: tuple[Index, Index]) -> Index:
 def plan_pairs(
     stored: tuple[Sequence[Index], Sequence[Index]],
     node_labels: tuple[Sequence[Index], Sequence[Index]],
-    syms: tuple[frozenset[Symmetry], frozenset[Symmetry]],
+    syms: tuple[frozenset[ValueSymmetry], frozenset[ValueSymmetry]],
     out: Sequence[Index],
     nbytes: tuple[int, int],
     extent: Mapping[Index, int],
@@ -229,7 +229,18 @@ def plan_pairs(
         fixed: modes cut to a loop's batch here: no pair may hold one.
 
     Returns:
-        The plan, or ``None`` when no pair of either kind is found.
+        The plan, or ``None`` when no pair of either kind is found or none pays.
+
+    Example:
+        >>> a1, a2, a3, a4 = (Index("a", n) for n in range(1, 5))
+        >>> i1, i2 = Index("i", 1), Index("i", 2)
+        >>> g, t = (a1, a2, a3, a4), (a3, a4, i1, i2)  # g_ab^cd = g_ba^dc, t likewise
+        >>> sym = frozenset({((0, 1, 2, 3), 1), ((1, 0, 3, 2), 1)})
+        >>> extent = {ix: 40 if ix.space == "a" else 10 for ix in (*g, *t)}
+        >>> plan = plan_pairs((g, t), (g, t), (sym, sym), (a1, a2, i1, i2),
+        ...                   (8 * 40**4, 8 * 40**2 * 10**2), extent)
+        >>> str(plan), plan.fraction  # t's (i_1, i_2) packed: 55 of 100 pairs
+        ('i_1<=i_2, rest by a_1<->a_2, +1', 0.55)
     """
     out_set = set(out)
     contracted = (set(stored[0]) & set(stored[1])) - out_set
@@ -333,13 +344,13 @@ def _assemble(
     )
 
 
-def _pair_index(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows and columns of the packed pairs ``i ≤ j``, and the pair of each ``(i, j)``."""
+def _pair_of(n: int) -> np.ndarray:
+    """Per ``(i, j)``, the packed pair ``(min, max)`` it reads (pairs ``i ≤ j`` in order)."""
     rows, cols = np.triu_indices(n)
     where = np.zeros((n, n), dtype=np.int32)
     where[rows, cols] = np.arange(len(rows))
     where[cols, rows] = np.arange(len(rows))
-    return rows, cols, where
+    return where
 
 
 def contract_pairs(plan: PairPlan, ops: list[Any], matmul: Any, plain: Any) -> Any:
@@ -350,6 +361,18 @@ def contract_pairs(plan: PairPlan, ops: list[Any], matmul: Any, plain: Any) -> A
     ``plan.output`` order. Derivatives (``jvp``, and ``vjp`` by its transpose) are those
     of ``plain``: exact in every direction, symmetric or not, at the plain product's
     cost — only the primal is packed.
+
+    Example:
+        >>> import numpy as np, sq_jax as sq
+        >>> from sq_jax.lower.execute import contract  # calls this for a packed product
+        >>> text = "R{a1,a2;i1,i2} = g{a1,a2;a3,a4} t{a3,a4;i1,i2}"
+        >>> ins = sq.compile(text, sq.Spaces(i=10, a=40), pair_symmetry=True).lowered.body[0]
+        >>> rng = np.random.default_rng(1)
+        >>> g, t = rng.normal(size=(40,) * 4), rng.normal(size=(40, 40, 10, 10))
+        >>> g, t = g + g.transpose(1, 0, 3, 2), t + t.transpose(1, 0, 3, 2)
+        >>> x = contract(ins, [g, t])  # stored order: ins.pairs.output
+        >>> bool(np.allclose(x, np.einsum("abcd,cdij->abij", g, t)))
+        True
     """
 
     @jax.custom_jvp
@@ -397,8 +420,7 @@ def _packed(plan: PairPlan, ops: list[Any], matmul: Any) -> Any:
     if fill is None:
         return y
     n, at = fill.pack.extent, fill.at
-    _, _, where = _pair_index(n)
-    full = jnp.take(y, jnp.asarray(where), axis=at)  # (..., n, n, ...) at the pair's place
+    full = jnp.take(y, jnp.asarray(_pair_of(n)), axis=at)  # (..., n, n, ...) at the pair's place
     f1, f2 = (a + (a > at) for a in fill.swap)
     swapped = jnp.swapaxes(full, f1, f2)
     shape = [1] * full.ndim
@@ -411,6 +433,12 @@ def pair_shares(lowered: Any) -> dict[int, float]:
     """Per value id of a packed product, anywhere in ``lowered``: its share of the FLOPs.
 
     The share is :attr:`PairPlan.fraction` of the plain product's.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> text = "R{a1,a2;i1,i2} = g{a1,a2;a3,a4} t{a3,a4;i1,i2}"
+        >>> pair_shares(sq.compile(text, sq.Spaces(i=10, a=40), pair_symmetry=True).lowered)
+        {2: 0.55}
     """
     out: dict[int, float] = {}
     stack = list(lowered.body)
