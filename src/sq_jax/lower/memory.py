@@ -58,13 +58,13 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..schedule.ir import LoopId
 from .ir import Combine, Contract, Instr, Loop, LoweredProgram, Read
+from .pairs import packed_share
 from .sums import ProductGroup, SumCut, plan_sums
 
 __all__ = ["MemoryModel", "Monomial", "memory_model"]
@@ -267,7 +267,7 @@ def _pair_buffers(ins: Contract) -> list[tuple[_CopyKey, Read, Counter]]:
     for k, read in enumerate(ins.operands):
         source = read.input_key if read.input_key is not None else read.value_id
         if plan.packs[k]:
-            share = math.prod(p.size / p.extent**2 for p in plan.packs[k])
+            share = packed_share(plan.packs[k])
             stored = plan.stored[k]
             how = tuple(
                 (stored.index(p.labels[0]), stored.index(p.labels[1])) for p in plan.packs[k]
@@ -281,9 +281,8 @@ def _pair_buffers(ins: Contract) -> list[tuple[_CopyKey, Read, Counter]]:
             key = (source, plan.gemm.perms[k], read.slices, ins.value_id)
             out.append((key, read, _read_size(read)))
     if plan.fill is not None:
-        pack = plan.fill.pack
         key = (ins.value_id, "packed product", (), ins.value_id)
-        size = _scaled(_size(ins.dims), pack.size / pack.extent**2)
+        size = _scaled(_size(ins.dims), packed_share([plan.fill.pack]))
         out.append((key, Read(ins.value_id), size))
     return out
 

@@ -20,7 +20,7 @@ Two kinds of pair, found by :func:`plan_pairs` and run by :func:`contract_pairs`
 
 Packing is a gather of the operands' elements (memory traffic, no FLOPs), so a plan
 trades it against the FLOPs it saves: at (H2O)2/cc-pVDZ sizes (o = 20, v = 76) spin-
-orbital CCSD went from 7.00e10 to 4.01e10 FLOPs and 1.29 to 1.03 s per iteration.
+orbital CCSD went from 7.00e10 to 4.14e10 FLOPs and 1.35 to 1.07 s per iteration.
 The symmetries are those the inputs declare (:mod:`sq_jax.forest.symmetry`), trusted
 only with ``sq.compile(..., pair_symmetry=True)``: on inputs without them the result
 is wrong. Derivatives are the plain product's (a custom JVP rule): exact in every
@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,7 +77,15 @@ GATHER_RATE = 1e9
 longer than its gathers (measured at H2O/cc-pVDZ sizes: packing the spin-orbital
 ladder's summed pair, half of the 17 MB ``g{a,a;a,a}``, cost as much as it saved)."""
 
-__all__ = ["Fill", "Pack", "PairPlan", "contract_pairs", "pair_shares", "plan_pairs"]
+__all__ = [
+    "Fill",
+    "Pack",
+    "PairPlan",
+    "contract_pairs",
+    "packed_share",
+    "pair_shares",
+    "plan_pairs",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +106,17 @@ class Pack:
         """Pairs kept: ``n(n+1)/2`` (``n(n-1)/2`` when strict)."""
         n = self.extent
         return n * (n - 1) // 2 if self.strict else n * (n + 1) // 2
+
+
+def packed_share(packs: Iterable[Pack]) -> float:
+    """The share of elements (or FLOPs) left when ``packs`` are packed.
+
+    Example:
+        >>> i1, i2 = Index("i", 1), Index("i", 2)
+        >>> packed_share([Pack((i1, i2), 10, False, Index("p", 0))])  # 55 of 100 pairs
+        0.55
+    """
+    return math.prod(p.size / p.extent**2 for p in packs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +157,7 @@ class PairPlan:
     @property
     def fraction(self) -> float:
         """The FLOPs of the packed product over the plain one's."""
-        out = 1.0
-        for pack in {p for side in self.packs for p in side}:
-            out *= pack.size / pack.extent**2
-        return out
+        return packed_share({p for side in self.packs for p in side})
 
     def __str__(self) -> str:
         parts = []
@@ -286,13 +302,9 @@ def plan_pairs(
         if plan is None:
             continue
         # what packing saves in FLOPs against the bytes its gathers write
-        written = sum(
-            nbytes[k] * math.prod(p.size / p.extent**2 for p in plan.packs[k])
-            for k in (0, 1)
-            if plan.packs[k]
-        )
+        written = sum(nbytes[k] * packed_share(plan.packs[k]) for k in (0, 1) if plan.packs[k])
         if plan.fill is not None:
-            written += out_bytes * plan.fill.pack.size / plan.fill.pack.extent**2
+            written += out_bytes * packed_share([plan.fill.pack])
         gain = flops * (1 - plan.fraction) / FLOP_RATE - written / GATHER_RATE
         if gain > 0 and (best is None or gain > best[0]):
             best = (gain, plan)
@@ -313,12 +325,7 @@ def _assemble(
     if fill is not None:
         packs[fill[0]].append(fill[1])
     labels = [_after(stored[k], packs[k]) for k in (0, 1)]
-    sizes = []
-    for k in (0, 1):
-        share = 1.0
-        for pack in packs[k]:
-            share *= pack.size / pack.extent**2
-        sizes.append(round(nbytes[k] * share))
+    sizes = [round(nbytes[k] * packed_share(packs[k])) for k in (0, 1)]
     free_pair = () if fill is None else fill[1].labels
     want = [ix for ix in out if ix not in free_pair] + ([fill[1].mark] if fill else [])
     gemm = plan_gemm(labels[0], labels[1], want, (sizes[0], sizes[1]))
