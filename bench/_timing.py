@@ -25,7 +25,14 @@ def log(*a: Any) -> None:
 
 def interleaved(fns: dict[str, Callable[[], Any]], reps: int, warm: int = 1) -> dict:
     """Round-robin ``reps`` timed calls of every function (after ``warm`` untimed rounds);
-    returns per name the median, min and all samples (seconds, block_until_ready)."""
+    returns per name the median, min and all samples (seconds, block_until_ready).
+
+    Each timed call follows an untimed call of the same function, as the iterations of a
+    solve follow each other. Timed right after another library's call, a function pays
+    for that library's threads: a JAX call of 5 ms took 4 ms longer right after a NumPy
+    matmul (OpenBLAS's threads spin on the two cores for a while after their work),
+    which made W1's interleaved medians 10-30% noisier than the calls themselves.
+    """
     for _ in range(warm):
         for f in fns.values():
             jax.block_until_ready(f())
@@ -33,6 +40,7 @@ def interleaved(fns: dict[str, Callable[[], Any]], reps: int, warm: int = 1) -> 
     for r in range(reps):
         order = list(fns) if r % 2 == 0 else list(reversed(fns))  # no fixed first/last slot
         for k in order:
+            jax.block_until_ready(fns[k]())  # the lead-in call
             t0 = time.perf_counter()
             jax.block_until_ready(fns[k]())
             samples[k].append(time.perf_counter() - t0)

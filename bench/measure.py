@@ -32,15 +32,17 @@ def _competitors(system: wl.System, closed_shell: bool, batch: dict) -> dict[str
     def for_prog(p):
         return (wl.inputs_for(p, blocks),)
 
-    # as cc.ccsd compiles its residual: the inputs' declared symmetries trusted
-    sq_u = compile_timed(
+    def solved(**options):
+        # as cc.ccsd runs its residual: the inputs' declared symmetries trusted, the
+        # integrals fixed and prepared once (their copies and packs made before the solve)
+        prog = sq.compile(text, spaces, **wl.as_solved(text, spaces), **options)
+        return wl.prepared(prog, blocks)
+
+    sq_u = compile_timed(solved, lambda p: p.jitted, wl.prepared_args, SQ_XLA)
+    sq_b = compile_timed(lambda: solved(batch=batch), lambda p: p.jitted, wl.prepared_args, SQ_XLA)
+    # one call with every input (what W3's budgeted programs are compared with)
+    sq_one = compile_timed(
         lambda: sq.compile(text, spaces, pair_symmetry=True), lambda p: p.jitted, for_prog, SQ_XLA
-    )
-    sq_b = compile_timed(
-        lambda: sq.compile(text, spaces, batch=batch, pair_symmetry=True),
-        lambda p: p.jitted,
-        for_prog,
-        SQ_XLA,
     )
     plain_fn, n_einsums, keys = wl.plain_jax_function(eq_name, ints.nocc, ints.nvirt)
     plain = compile_timed(
@@ -55,6 +57,7 @@ def _competitors(system: wl.System, closed_shell: bool, batch: dict) -> dict[str
         "ints": ints,
         "sq_jax": sq_u,
         "sq_jax_batched": sq_b,
+        "sq_jax_one_call": sq_one,
         "plain_jax": plain,
         "n_einsums": n_einsums,
         "py_call": py_call,
@@ -102,6 +105,7 @@ def iteration(
     rec["check"] = {
         "max|R_sq - R_pyscf|": maxdiff(out_u, c["py_res"]()),
         "max|R_sq_batched - R_sq|": maxdiff(_call(sq_b)(), out_u),
+        "max|R_sq_one_call - R_sq|": maxdiff(_call(c["sq_jax_one_call"])(), out_u),
         "max|R_plain - R_sq|": maxdiff(_call(plain)(), out_u, ("E", "R1", "R2")),
     }
     fns = {
@@ -109,6 +113,7 @@ def iteration(
         "plain_jax": _call(plain),
         "sq_jax": _call(sq_u),
         "sq_jax_batched": _call(sq_b),
+        "sq_jax_one_call": _call(c["sq_jax_one_call"]),
         "jax_matmul_2000": mm,
     }
     t = interleaved(fns, reps)
@@ -116,13 +121,13 @@ def iteration(
     py = t["pyscf"]["median_s"]
     rec["times"] = t
     rec["matmul_gflops"] = mm_rate / 1e9
-    for key in ("sq_jax", "sq_jax_batched", "plain_jax"):
+    for key in ("sq_jax", "sq_jax_batched", "sq_jax_one_call", "plain_jax"):
         rec[key] = _program_record(key, c[key], t[key]["median_s"], py, mm_rate)
     rec["plain_jax"]["einsum_calls"] = c["n_einsums"]
     rec["pyscf"] = {"s_per_iter": py}
     rec["batched_flop_overhead"] = sq_b["obj"].flops / sq_u["obj"].flops
     rec["batched_xla_flop_overhead"] = sq_b["xla_flops"] / sq_u["xla_flops"]
-    rec["_unbatched_compiled"] = sq_u  # reused by W3 (dropped from the JSON)
+    rec["_unbatched_compiled"] = c["sq_jax_one_call"]  # reused by W3 (dropped from the JSON)
     return rec
 
 

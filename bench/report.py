@@ -346,6 +346,9 @@ def _iteration_figures(out: _Figures, r: dict, key: str) -> None:
         out.add(ratio, f"{tag} sq_jax", w["sq_jax"]["ratio_pyscf"], target)
         out.add(ratio, f"{tag} sq_jax batched{batched}", w["sq_jax_batched"]["ratio_pyscf"], target)
         out.add(ratio, f"{tag} plain JAX", w["plain_jax"]["ratio_pyscf"], target)
+        if "sq_jax_one_call" in w:  # every input passed on each call, nothing prepared
+            one = w["sq_jax_one_call"]["ratio_pyscf"]
+            out.add(ratio, f"{tag} sq_jax one call (no prologue)", one, target)
         rate = "FLOP rate ÷ JAX matmul rate"
         out.add(rate, f"{tag} sq_jax", w["sq_jax"]["flop_rate_ratio"], "flop_rate_ratio")
         if key == "W1":

@@ -29,6 +29,7 @@ import numpy as np
 import sq_jax as sq
 from sq_jax.cc.equations import load_equations
 from sq_jax.cc.integrals import SpatialIntegrals, SpinOrbitalIntegrals
+from sq_jax.expr.nodes import Tensor, walk
 from sq_jax.forest.inputs import block_key, input_specs
 
 H2O = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"
@@ -202,13 +203,67 @@ def all_blocks(ints: Any) -> dict[str, Any]:
 
 
 def inputs_for(program: sq.Program, blocks: Mapping[str, Any]) -> dict[str, Any]:
-    """The blocks ``program`` reads (it refuses keys no leaf reads)."""
-    keys = {s.block_key for s in input_specs(program.schedule.annotated.forest)}
+    """The blocks (or full tensors, by label) ``program`` reads (it refuses keys no leaf
+    reads)."""
+    specs = input_specs(program.schedule.annotated.forest)
+    keys = {s.block_key for s in specs} | {s.label for s in specs}
     return {k: v for k, v in blocks.items() if k in keys}
 
 
 def block_inputs(program: sq.Program, ints: Any) -> dict[str, Any]:
     return inputs_for(program, all_blocks(ints))
+
+
+def as_solved(text: str, spaces: sq.Spaces) -> dict[str, Any]:
+    """The options ``cc.ccsd`` compiles a residual with (no memory budget): the inputs'
+    declared symmetries trusted, every input but the amplitudes ``t`` fixed."""
+    labels = {
+        x.label
+        for eq in sq.parse(text, spaces=spaces)
+        for x in walk(eq.rhs)
+        if isinstance(x, Tensor)
+    }
+    names = {eq.name for eq in sq.parse(text, spaces=spaces)}
+    return {"pair_symmetry": True, "fixed_inputs": sorted(labels - names - {"t"})}
+
+
+@dataclasses.dataclass(frozen=True)
+class Solved:
+    """A program prepared as ``cc.ccsd`` runs it in a solve, and its call's amplitudes."""
+
+    step: Any
+    """The :class:`sq_jax.PreparedProgram` (every input but the amplitudes bound)."""
+    amplitudes: dict[str, Any]
+
+    @property
+    def flops(self) -> int:
+        return self.step.program.flops
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.step.program.peak_bytes
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.step.memory_bytes
+
+    @property
+    def jitted(self) -> Any:
+        return self.step.jitted
+
+
+def prepared(program: sq.Program, blocks: Mapping[str, Any]) -> Solved:
+    """``program`` prepared with every block it reads but the amplitudes ``t``, as
+    ``cc.ccsd`` runs it (:meth:`sq_jax.Program.prepare`)."""
+    inputs = {k: jnp.asarray(x) for k, x in inputs_for(program, blocks).items()}
+    amplitudes = {k: x for k, x in inputs.items() if k.startswith("t{")}
+    step = program.prepare({k: x for k, x in inputs.items() if k not in amplitudes})
+    return Solved(step, amplitudes)
+
+
+def prepared_args(solved: Solved) -> tuple[Any, ...]:
+    """The arguments of a prepared program's jitted call."""
+    return (solved.step.fixed, solved.step.prepared, solved.amplitudes)
 
 
 # --------------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ from .forest.nodes import NodeKind as NodeKind  # noqa: E402
 from .forest.nodes import Root as Root  # noqa: E402
 from .forest.reference import evaluate_reference as evaluate_reference  # noqa: E402
 from .forest.reference import evaluate_reference_jax as evaluate_reference_jax  # noqa: E402
+from .lower.program import PreparedProgram as PreparedProgram  # noqa: E402
 from .lower.program import Program as Program  # noqa: E402
 from .plan.batch import BatchPlan as BatchPlan  # noqa: E402
 from .plan.batch import LoopKind as LoopKind  # noqa: E402

@@ -11,15 +11,16 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from ._errors import PlanError
+from ._errors import InputError, PlanError
 from .budget import fit_to_budget
 from .expr.nodes import Equation
 from .expr.parse import parse
 from .expr.spaces import Spaces
 from .forest.build import build_forest
+from .forest.inputs import input_specs
 from .forest.nodes import Forest
 from .lower.instructions import lower_schedule
 from .lower.program import Program, make_program
@@ -40,6 +41,20 @@ def _user_plan(batch: BatchPlan | Mapping[str, Any] | None, forest: Forest) -> B
     return plan
 
 
+def _input_labels(forest: Forest, names: Collection[str]) -> frozenset[str]:
+    """``names`` checked to be labels of the forest's inputs."""
+    if isinstance(names, str):
+        names = (names,)
+    labels = {spec.label for spec in input_specs(forest)}
+    unknown = sorted(set(names) - labels)
+    if unknown:
+        raise InputError(
+            f"fixed_inputs {unknown} are not labels of the equations' inputs; expected some "
+            f"of {sorted(labels)} (labels, such as 'g', not block keys)."
+        )
+    return frozenset(names)
+
+
 def compile(
     equations: str | Sequence[Equation],
     spaces: Spaces,
@@ -53,6 +68,7 @@ def compile(
     outputs: Sequence[str] | None = None,
     dress: bool = False,
     pair_symmetry: bool = False,
+    fixed_inputs: Collection[str] = (),
 ) -> Program:
     """Compile equations into one jit-compiled, differentiable, memory-bounded program.
 
@@ -87,6 +103,10 @@ def compile(
             modes, such as CCSD's ladder, at a half or a quarter of the FLOPs
             (:mod:`sq_jax.lower.pairs`); derivatives stay exact in every direction.
             The results are wrong for inputs without their declared symmetries.
+        fixed_inputs: labels of inputs that stay the same from call to call, such as
+            the integrals of an amplitude solve, where the program is called through
+            :meth:`~sq_jax.lower.program.Program.prepare`, which copies and packs them
+            once: with ``pair_symmetry``, packing them is then priced as free.
 
     Returns:
         The :class:`~sq_jax.lower.program.Program`; call it with a dict of inputs.
@@ -100,6 +120,7 @@ def compile(
         MemoryBudgetError: no plan fits ``memory_budget`` (the message gives the
             smallest feasible budget and the value that dominates the peak).
         ScheduleError: the batching cannot be expressed (the message names the value).
+        InputError: ``fixed_inputs`` naming something that is not an input's label.
 
     Example:
         >>> import sq_jax as sq
@@ -117,6 +138,8 @@ def compile(
     )  # binarize + fold common subexpressions
     if pair_symmetry:
         forest = dataclasses.replace(forest, pair_symmetry=True)
+    if fixed_inputs:
+        forest = dataclasses.replace(forest, fixed_inputs=_input_labels(forest, fixed_inputs))
     mode_order = check_mode_order(mode_order, spaces)
 
     def build(plan: BatchPlan) -> Program:

@@ -144,6 +144,11 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
         f"memory             = {format_bytes(prog.memory_bytes)} predicted (XLA temporaries"
         f" + outputs; inputs not counted), {format_bytes(prog.peak_bytes)} peak profile"
     )
+    if run.prepared_bytes:
+        print(
+            f"                     {format_bytes(run.prepared_bytes)} held through the solve by "
+            "integral copies made once"
+        )
     if args.triples:
         _triples(run, batch, args.memory)
     _plot(prog, args.plot)

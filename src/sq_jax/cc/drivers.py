@@ -25,6 +25,7 @@ import numpy as np
 from .._errors import InputError
 from .._pipeline import compile as compile_program
 from ..derive import cc_equations, model_ranks
+from ..expr.nodes import Tensor, walk
 from ..expr.spaces import Spaces
 from ..forest.inputs import input_specs
 from ..lower.program import Program
@@ -292,7 +293,7 @@ def solve_cc(
     dens = {key: _denominator(d1, key.count("a")) for key in compiled.keys}
     start = {k: start[k] if k in start else jnp.zeros(dens[k].shape) for k in compiled.keys}
     project = None if closed_shell else antisymmetrize
-    result = _solve(compiled, integrals, start, dens, project, settings)
+    result, prepared = _solve(compiled, integrals, start, dens, project, settings)
     return CCRun(
         method,
         closed_shell,
@@ -306,6 +307,7 @@ def solve_cc(
         integrals,
         block_source=ints_source,
         equations=name,
+        prepared_bytes=prepared,
         antisymmetrized_after=compiled.after,
     )
 
@@ -351,12 +353,22 @@ def _compile(
     # The integrals (real orbitals) and the amplitudes have the symmetries the equation
     # files declare, so products over symmetric pairs (the ladder) run packed; their
     # derivatives stay exact (lambda, EOM and implicit differentiation read them).
+    # Without a budget the integrals are bound once (_solve prepares the program: their
+    # copies and packs made before the iterations), so packing them is free per iteration.
+    # Under a budget nothing is prepared: held copies would be memory it did not plan for.
+    fixed: dict[str, Any] = {}
+    if settings.memory_budget is None:
+        computed = {key.split("{")[0] for key in residual_of.values()}
+        computed |= {eq.name for eq in equations}
+        labels = {x.label for eq in residual_eqs for x in walk(eq.rhs) if isinstance(x, Tensor)}
+        fixed["fixed_inputs"] = sorted(labels - computed)
     residual = compile_program(
         residual_eqs,
         spaces,
         batch=settings.batch,
         remat=settings.remat,
         pair_symmetry=True,
+        **fixed,
         **budget,
     )
     keys = [residual_of[eq.name] for eq in residual_eqs]
@@ -370,16 +382,25 @@ def _solve(
     denominators: Mapping[str, Any],
     project: Any,
     settings: _Settings,
-) -> CCResult:
-    """Run the solver on the two compiled programs, from ``start`` (one key per residual)."""
+) -> tuple[CCResult, int]:
+    """Run the solver on the two compiled programs, from ``start`` (one key per residual).
+
+    Returns the result and the bytes the prepared residual program holds (0 when nothing
+    was prepared: under a memory budget).
+    """
     # Each program is given only what it reads (CCD's energy has no Fock term, say).
     residual_program, energy_program = compiled.residual, compiled.energy
     fixed_r = _read_by(residual_program, integrals)
+    if settings.memory_budget is None:  # what reads only the integrals is done once
+        step: Any = residual_program.prepare(fixed_r)
+        prepared_bytes = step.prepared_bytes
+    else:
+        step, prepared_bytes = (lambda t: residual_program({**fixed_r, **t})), 0
     fixed_e = _read_by(energy_program, integrals)
     after, residual_of = compiled.after, compiled.residual_of
 
     def residual_fn(t: Mapping[str, Any]) -> dict[str, Any]:
-        out = residual_program({**fixed_r, **t})
+        out = step(t)
         out = {k: apply_antisymmetrizer(v, after[k]) if k in after else v for k, v in out.items()}
         return {residual_of[k]: v for k, v in out.items()}
 
@@ -390,12 +411,21 @@ def _solve(
     dens = {k: denominators[k] for k in compiled.keys}
     label, verbose, options = settings.method.upper(), settings.verbose, settings.solver_options
     if settings.solver == "diis":
-        return solve_diis(
+        result = solve_diis(
             residual_fn, energy_fn, t0, dens, method=label, verbose=verbose, **options
         )
-    return solve_newton_krylov(
-        residual_fn, energy_fn, t0, dens, project=project, method=label, verbose=verbose, **options
-    )
+    else:
+        result = solve_newton_krylov(
+            residual_fn,
+            energy_fn,
+            t0,
+            dens,
+            project=project,
+            method=label,
+            verbose=verbose,
+            **options,
+        )
+    return result, prepared_bytes
 
 
 def _project_same_spin(amplitudes: Mapping[str, Any]) -> dict[str, Any]:
@@ -411,7 +441,7 @@ def _solve_spin_blocked(system: Any, name: str, frozen: Any, settings: _Settings
     ints = builder.build(read_spin_blocks(compiled.residual, compiled.energy))
     integrals = {k: jnp.asarray(v) for k, v in ints.inputs().items()}
     start, dens = ints.mp2_amplitudes(), ints.denominators()
-    result = _solve(compiled, integrals, start, dens, _project_same_spin, settings)
+    result, prepared = _solve(compiled, integrals, start, dens, _project_same_spin, settings)
     return CCRun(
         settings.method,
         False,
@@ -424,6 +454,7 @@ def _solve_spin_blocked(system: Any, name: str, frozen: Any, settings: _Settings
         builder.spin_positions,
         integrals,
         equations=name,
+        prepared_bytes=prepared,
     )
 
 

@@ -70,6 +70,10 @@ class CCRun:
             program does not compute (triples and up, see
             :mod:`sq_jax.cc.antisymmetrizer`): R_n is
             ``apply_antisymmetrizer(residual_program(...)[name], n)``. Empty for CCSD.
+        prepared_bytes: bytes held through the solve by what the residual program
+            computed once from the integrals (:meth:`sq_jax.Program.prepare`: their sums
+            and transposed or packed copies); 0 under a memory budget, where nothing is
+            prepared.
     """
 
     method: str
@@ -88,6 +92,7 @@ class CCRun:
     triples: dict[str, float] = dataclasses.field(default_factory=dict, repr=False, compare=False)
     equations: str = ""
     antisymmetrized_after: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    prepared_bytes: int = 0
 
     @property
     def e_t(self) -> float | None:

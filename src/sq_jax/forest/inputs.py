@@ -297,7 +297,9 @@ def check_input_mapping(inputs: Any) -> None:
             _check_dtype(name, value.dtype)
 
 
-def bind_inputs(forest: Forest, inputs: Mapping[str, Any], *, xp: Any = np) -> dict[str, Any]:
+def bind_inputs(
+    forest: Forest, inputs: Mapping[str, Any], *, xp: Any = np, partial: bool = False
+) -> dict[str, Any]:
     """Resolve the user's inputs to one array per block key (and per scalar variable).
 
     Args:
@@ -305,6 +307,7 @@ def bind_inputs(forest: Forest, inputs: Mapping[str, Any], *, xp: Any = np) -> d
         inputs: arrays keyed by block key (``"g{i,i;a,a}"``), by bare label for a full
             tensor (``"g"``), or by variable name.
         xp: the array namespace to slice with (``numpy`` or ``jax.numpy``).
+        partial: bind what is given and skip the blocks nothing given provides.
 
     Returns:
         A dict from block key (or variable name) to an array of the block's shape.
@@ -372,7 +375,7 @@ def bind_inputs(forest: Forest, inputs: Mapping[str, Any], *, xp: Any = np) -> d
                     f"variable {spec.label!r} must be a scalar, got shape {tuple(arr.shape)}."
                 )
             out[spec.block_key] = arr
-        else:
+        elif not partial:
             if spec.is_scalar_variable:
                 hint = f"pass inputs[{spec.label!r}] as a scalar"
             else:

@@ -209,6 +209,10 @@ class Forest:
     """Whether the inputs are trusted to have the symmetries they declare, so that the
     lowering computes products over symmetric pairs of modes at half the FLOPs
     (:mod:`sq_jax.lower.pairs`; ``sq.compile(..., pair_symmetry=True)``)."""
+    fixed_inputs: frozenset[str] = frozenset()
+    """Labels of inputs that stay the same between calls (``sq.compile(...,
+    fixed_inputs=)``): their packed copies are made once, so packing them costs nothing
+    per call (:meth:`sq_jax.lower.program.Program.prepare`)."""
 
     # -- walks (all iterative: sum chains can be thousands deep) -------------------------
 

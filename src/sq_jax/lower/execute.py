@@ -143,10 +143,12 @@ def _matmul(plan: GemmPlan, lhs: Any, rhs: Any) -> Any:
     return lax.dot_general(lhs, rhs, dims, precision=lax.Precision.HIGHEST)
 
 
-def contract(ins: Contract, ops: list[Any]) -> Any:
+def contract(ins: Contract, ops: list[Any], ready: tuple[Any, Any] = (None, None)) -> Any:
     """One contraction: ``dot_general`` on grouped 2-D/3-D views (:mod:`..gemm`).
 
-    Without a gemm plan (a mode twice on one operand) it runs as ``einsum``.
+    Without a gemm plan (a mode twice on one operand) it runs as ``einsum``. A packed
+    product takes, in ``ready``, operands already made ready once
+    (:attr:`~sq_jax.lower.ir.Contract.ready`, :mod:`..prepare`).
 
     Example:
         >>> import numpy as np
@@ -160,7 +162,7 @@ def contract(ins: Contract, ops: list[Any]) -> Any:
         def plain(x: Any, y: Any) -> Any:
             return jnp.einsum(ins.spec, x, y, precision=lax.Precision.HIGHEST)
 
-        return contract_pairs(ins.pairs, ops, _product, plain)
+        return contract_pairs(ins.pairs, ops, _product, plain, ready)
     plan = ins.gemm
     if plan is None:
         return jnp.einsum(ins.spec, *ops, precision=lax.Precision.HIGHEST)
@@ -238,7 +240,8 @@ def run_body(
         if k in plan.cuts:
             env[ins.value_id] = _sum_cut(plan.cuts[k], env, ctx, run)
         elif isinstance(ins, Contract):
-            env[ins.value_id] = contract(ins, _operands(ins, env, ctx, run))
+            ready = tuple(None if key is None else run.blocks[key] for key in ins.ready)
+            env[ins.value_id] = contract(ins, _operands(ins, env, ctx, run), ready)
         elif isinstance(ins, Combine):
             terms = []
             ops = [run.read(r, env, ctx, run.blocks, run.dtype) for r in ins.operands]

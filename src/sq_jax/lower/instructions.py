@@ -240,6 +240,11 @@ class _Walk:
             assert occ.node is not None
             keys.append(self.symmetries.get(occ.node.key, frozenset()))
         extent = {ix: self.extent(ix) for lab in labels for ix in lab}
+        made_once = self.sf.annotated.forest.fixed_inputs
+        free = tuple(
+            r.input_key is not None and not r.slices and r.input_key.split("{")[0] in made_once
+            for r in ops
+        )
         return plan_pairs(
             labels,
             (occs[0].carried, occs[1].carried),
@@ -248,6 +253,7 @@ class _Walk:
             (self.nbytes(ops[0]), self.nbytes(ops[1])),
             extent,
             frozenset(fixed),
+            (free[0], free[1]),
         )
 
     def masks(

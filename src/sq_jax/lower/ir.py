@@ -113,6 +113,10 @@ class Contract:
     pairs: PairPlan | None = None
     """Set when one operand's free pair is packed (:mod:`sq_jax.lower.pairs`); then
     ``gemm`` is ``None`` and ``pairs.gemm`` multiplies."""
+    ready: tuple[str | None, str | None] = (None, None)
+    """With ``pairs``: per operand, the key of an input block holding it already made
+    ready (:func:`sq_jax.lower.pairs.ready_operand`; :mod:`sq_jax.lower.prepare`), read
+    for the product instead of packing the operand; its derivatives still read it."""
 
     def __str__(self) -> str:
         ops = []

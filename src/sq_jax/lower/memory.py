@@ -266,6 +266,8 @@ def _pair_buffers(ins: Contract) -> list[tuple[_CopyKey, Read, Counter]]:
     out = []
     for k, read in enumerate(ins.operands):
         source = read.input_key if read.input_key is not None else read.value_id
+        if ins.ready[k] is not None:
+            continue  # made ready once, read as an input (:mod:`.prepare`)
         if plan.packs[k]:
             share = packed_share(plan.packs[k])
             stored = plan.stored[k]

@@ -55,7 +55,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -85,6 +85,7 @@ __all__ = [
     "packed_share",
     "pair_shares",
     "plan_pairs",
+    "ready_operand",
 ]
 
 
@@ -223,6 +224,7 @@ def plan_pairs(
     nbytes: tuple[int, int],
     extent: Mapping[Index, int],
     fixed: frozenset[Index] = frozenset(),
+    free: tuple[bool, bool] = (False, False),
 ) -> PairPlan | None:
     """A packed plan for ``einsum(stored[0], stored[1] -> out)``, or ``None``.
 
@@ -243,6 +245,8 @@ def plan_pairs(
         nbytes: each operand's size: the smaller one's free pair is packed.
         extent: each label's extent.
         fixed: modes cut to a loop's batch here: no pair may hold one.
+        free: per operand, whether its gathers cost nothing per call (an input packed
+            once, :mod:`sq_jax.lower.prepare`).
 
     Returns:
         The plan, or ``None`` when no pair of either kind is found or none pays.
@@ -302,7 +306,9 @@ def plan_pairs(
         if plan is None:
             continue
         # what packing saves in FLOPs against the bytes its gathers write
-        written = sum(nbytes[k] * packed_share(plan.packs[k]) for k in (0, 1) if plan.packs[k])
+        written = sum(
+            nbytes[k] * packed_share(plan.packs[k]) for k in (0, 1) if plan.packs[k] and not free[k]
+        )
         if plan.fill is not None:
             written += out_bytes * packed_share([plan.fill.pack])
         gain = flops * (1 - plan.fraction) / FLOP_RATE - written / GATHER_RATE
@@ -360,14 +366,17 @@ def _pair_of(n: int) -> np.ndarray:
     return where
 
 
-def contract_pairs(plan: PairPlan, ops: list[Any], matmul: Any, plain: Any) -> Any:
+def contract_pairs(
+    plan: PairPlan, ops: list[Any], matmul: Any, plain: Any, ready: Sequence[Any] = (None, None)
+) -> Any:
     """Run a :class:`PairPlan` on the two operands (stored layouts).
 
     ``matmul(gemm, x, y)`` multiplies as a :class:`~sq_jax.lower.gemm.GemmPlan` says and
     returns the product in its output order; ``plain(x, y)`` is the unpacked product in
     ``plan.output`` order. Derivatives (``jvp``, and ``vjp`` by its transpose) are those
     of ``plain``: exact in every direction, symmetric or not, at the plain product's
-    cost — only the primal is packed.
+    cost — only the primal is packed. ``ready[k]``, when given, is operand ``k`` already
+    made ready (:func:`ready_operand`), used for the primal instead of ``ops[k]``.
 
     Example:
         >>> import numpy as np, sq_jax as sq
@@ -381,25 +390,30 @@ def contract_pairs(plan: PairPlan, ops: list[Any], matmul: Any, plain: Any) -> A
         >>> bool(np.allclose(x, np.einsum("abcd,cdij->abij", g, t)))
         True
     """
+    where = [k for k in (0, 1) if ready[k] is not None]
 
     @jax.custom_jvp
-    def packed(x: Any, y: Any) -> Any:
-        return _packed(plan, [x, y], matmul)
+    def packed(x: Any, y: Any, *given: Any) -> Any:
+        made = [None, None]
+        for k, r in zip(where, given, strict=True):
+            made[k] = r
+        return _packed(plan, [x, y], matmul, made)
 
-    def tangent(primals: tuple[Any, Any], tangents: tuple[Any, Any]) -> tuple[Any, Any]:
-        (x, y), (dx, dy) = primals, tangents
+    def tangent(primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+        # a ready operand is made from its plain one: the plain tangent holds it all
+        (x, y, *given), (dx, dy, *_) = primals, tangents
         terms = []
         if not isinstance(dx, SymbolicZero):
             terms.append(plain(dx, y))
         if not isinstance(dy, SymbolicZero):
             terms.append(plain(x, dy))
-        out = packed(x, y)
+        out = packed(x, y, *given)
         if not terms:
             return out, jnp.zeros_like(out)
         return out, terms[0] if len(terms) == 1 else terms[0] + terms[1]
 
     packed.defjvp(tangent, symbolic_zeros=True)
-    return packed(ops[0], ops[1])
+    return packed(ops[0], ops[1], *(ready[k] for k in where))
 
 
 def _gather(x: Any, labels: list[Index], pack: Pack) -> tuple[Any, list[Index]]:
@@ -410,19 +424,41 @@ def _gather(x: Any, labels: list[Index], pack: Pack) -> tuple[Any, list[Index]]:
     return x[..., rows, cols], [ix for ix in labels if ix not in pack.labels] + [pack.mark]
 
 
-def _packed(plan: PairPlan, ops: list[Any], matmul: Any) -> Any:
-    ops = list(ops)
-    for k in (0, 1):
-        labels = list(plan.stored[k])
-        for pack in plan.packs[k]:
-            ops[k], labels = _gather(ops[k], labels, pack)
-        if plan.summed is not None and k == plan.weighted:
-            rows, cols = np.triu_indices(plan.summed.extent, 1 if plan.summed.strict else 0)
-            weight = np.where(rows == cols, 1.0, 2.0)
-            shape = [1] * len(labels)
-            shape[labels.index(plan.summed.mark)] = len(weight)
-            ops[k] = ops[k] * jnp.asarray(weight.reshape(shape), ops[k].dtype)
-    y = matmul(plan.gemm, ops[0], ops[1])
+def ready_operand(plan: PairPlan, k: int, x: Any) -> Any:
+    """Operand ``k`` (stored layout) as the packed product multiplies it.
+
+    Its pairs gathered, scaled by the summed pair's weights when it is the weighted
+    operand, and transposed as ``plan.gemm`` wants. :mod:`sq_jax.lower.prepare` makes
+    these once for operands that stay fixed between calls.
+
+    Example:
+        >>> import numpy as np, sq_jax as sq
+        >>> text = "R{a1,a2;i1,i2} = g{a1,a2;a3,a4}:A t{a3,a4;i1,i2}:A"
+        >>> plan = sq.compile(text, sq.Spaces(i=30, a=40), pair_symmetry=True).lowered.body[0].pairs
+        >>> ready_operand(plan, 0, np.ones((40,) * 4)).shape  # (a1, a2, a3<a4)
+        (40, 40, 780)
+    """
+    labels = list(plan.stored[k])
+    for pack in plan.packs[k]:
+        x, labels = _gather(x, labels, pack)
+    if plan.summed is not None and k == plan.weighted:
+        rows, cols = np.triu_indices(plan.summed.extent, 1 if plan.summed.strict else 0)
+        weight = np.where(rows == cols, 1.0, 2.0)
+        shape = [1] * len(labels)
+        shape[labels.index(plan.summed.mark)] = len(weight)
+        x = x * jnp.asarray(weight.reshape(shape), x.dtype)
+    perm = plan.gemm.perms[k]
+    return x if perm is None else jnp.transpose(x, perm)
+
+
+def _packed(
+    plan: PairPlan, ops: list[Any], matmul: Any, ready: Sequence[Any] = (None, None)
+) -> Any:
+    ops = [
+        ready_operand(plan, k, x) if r is None else r
+        for k, (x, r) in enumerate(zip(ops, ready, strict=True))
+    ]
+    y = matmul(replace(plan.gemm, perms=(None, None)), ops[0], ops[1])
     fill = plan.fill
     if fill is None:
         return y

@@ -38,7 +38,7 @@ from .pairs import pair_shares
 if TYPE_CHECKING:
     from .shard import ShardPlan
 
-__all__ = ["Program", "make_program"]
+__all__ = ["PreparedProgram", "Program", "make_program"]
 
 
 def _evaluate(
@@ -59,6 +59,20 @@ def _evaluate(
             whole[s.key] = lax.slice_in_dim(padded[s.key], 0, s.extent, axis=s.position)
     blocks = bind_inputs(forest, whole, xp=jnp)
     return run_lowered(lowered, blocks, remat=remat, shard=shard, padded=padded)
+
+
+def _evaluate_prepared(
+    rest: LoweredProgram,
+    forest: Forest,
+    remat: bool,
+    fixed: Mapping[str, Any],
+    prepared: Mapping[str, Any],
+    inputs: Mapping[str, Any],
+) -> dict[str, Any]:
+    import jax.numpy as jnp
+
+    blocks = bind_inputs(forest, {**fixed, **inputs}, xp=jnp)
+    return run_lowered(rest, {**blocks, **prepared}, remat=remat)
 
 
 class Program(eqx.Module):
@@ -149,6 +163,53 @@ class Program(eqx.Module):
         shard = None if self.mesh is None else make_shard_plan(self.mesh, None)
         return make_program(sf, lower_schedule(sf), remat=self.remat, shard=shard)
 
+    def prepare(self, fixed: Mapping[str, Any]) -> PreparedProgram:
+        """This program with the inputs ``fixed`` bound and what reads only them done once.
+
+        For a loop that calls the program many times with the same integrals (an
+        amplitude solve): the values computed from ``fixed`` alone and the copies of
+        fixed blocks the products want (transposed, or packed for products over
+        symmetric pairs) are computed here, once (:mod:`sq_jax.lower.prepare`); each
+        call of the returned program does the rest. They are held as long as it lives
+        (:attr:`PreparedProgram.prepared_bytes`). Operands cut to a loop's batch are not
+        copied whole, so a memory-budgeted plan keeps its bound. A program split over a
+        device mesh is returned with ``fixed`` bound and nothing computed ahead.
+
+        Args:
+            fixed: inputs as :meth:`__call__` takes them (block keys, full tensors,
+                variables) that stay the same between calls.
+
+        Returns:
+            A :class:`PreparedProgram`: called with the other inputs, it returns what
+            this program returns; differentiable in those inputs.
+
+        Raises:
+            InputError: a fixed input the program does not read, or a malformed one.
+
+        Example:
+            >>> import numpy as np, sq_jax as sq
+            >>> prog = sq.compile("R{a1;i1} = g{a2,i1;a1,i2} t{a2;i2}", sq.Spaces(i=2, a=3))
+            >>> g, t = np.random.default_rng(0).random((3, 2, 3, 2)), np.ones((3, 2))
+            >>> step = prog.prepare({"g{a,i;a,i}": g})
+            >>> step.prepared_keys  # g in the layout its product reads, made once
+            ('g{a,i;a,i}.T(0,3,1,2)',)
+            >>> bool(np.allclose(step({"t{a;i}": t})["R"], np.einsum("cidj,cj->di", g, t)))
+            True
+        """
+        import jax.numpy as jnp
+
+        from .prepare import run_prologue, split_prologue
+
+        forest = self.schedule.annotated.forest
+        checked = _check_inputs(fixed)
+        if self.mesh is not None:
+            return PreparedProgram(self, None, checked, {}, AotJit(lambda *a: None), 0)
+        blocks = bind_inputs(forest, checked, xp=jnp, partial=True)
+        prologue, rest = split_prologue(self.lowered, set(blocks))
+        prepared = AotJit(partial(run_prologue, prologue))(blocks) if prologue.keys else {}
+        fn = AotJit(partial(_evaluate_prepared, rest, forest, self.remat))
+        return PreparedProgram(self, rest, blocks, prepared, fn, memory_model(rest).peak())
+
     def compiled(self, inputs: Mapping[str, Any]) -> Any:
         """The executable for these inputs' shapes (what a top-level call runs).
 
@@ -227,6 +288,68 @@ class Program(eqx.Module):
     def make_jaxpr(self, inputs: Mapping[str, Any]) -> Any:
         """The closed jaxpr of the program for these inputs (for inspection and tests)."""
         return jax.make_jaxpr(self.jitted)(*self._place(_check_inputs(inputs)))
+
+
+class PreparedProgram(eqx.Module):
+    """A :class:`Program` with some inputs bound and what reads only them computed once.
+
+    Made by :meth:`Program.prepare`; ``prepared(inputs)`` takes the other inputs.
+    Differentiable in them (``jax.jvp``/``vjp``/``grad``), not in the bound ones.
+    """
+
+    program: Program = eqx.field(static=True)
+    """The program it runs."""
+    rest: LoweredProgram | None = eqx.field(static=True)
+    """The instruction tree each call runs (:func:`sq_jax.lower.prepare.split_prologue`);
+    ``None`` for a program split over a mesh (it runs ``program`` whole)."""
+    fixed: dict[str, Any]
+    """The bound inputs, by block key (as given, for a program over a mesh)."""
+    prepared: dict[str, Any]
+    """The arrays computed once, by key (:attr:`sq_jax.lower.prepare.Prologue.keys`)."""
+    aot: Any = eqx.field(static=True)
+    """The compiled function of ``(fixed, prepared, inputs)``."""
+    memory_bytes: int = eqx.field(static=True)
+    """Predicted XLA temporaries + outputs of one call (bound and prepared arrays are
+    inputs, not counted; compare :attr:`Program.memory_bytes`)."""
+
+    @property
+    def prepared_keys(self) -> tuple[str, ...]:
+        """The keys of the arrays computed once."""
+        return tuple(self.prepared)
+
+    @property
+    def prepared_bytes(self) -> int:
+        """Bytes held by the arrays computed once."""
+        return sum(int(x.size) * x.dtype.itemsize for x in self.prepared.values())
+
+    @property
+    def jitted(self) -> Any:
+        """The plain ``jax.jit`` of one call: takes ``(fixed, prepared, inputs)``."""
+        return self.aot.jitted
+
+    def __call__(self, inputs: Mapping[str, Any]) -> dict[str, jax.Array]:
+        """Evaluate with the bound inputs and ``inputs`` (the others).
+
+        Raises:
+            InputError: an input that was bound by :meth:`Program.prepare`, or any error
+                :meth:`Program.__call__` reports.
+        """
+        checked = _check_inputs(inputs)
+        bound = sorted(k for k in checked if k in self.fixed)
+        if bound:
+            raise InputError(
+                f"input(s) {', '.join(map(repr, bound))} were bound by Program.prepare(); "
+                "pass only the other inputs, or prepare again with new fixed inputs."
+            )
+        if self.rest is None:
+            return self.program({**self.fixed, **checked})
+        return self.aot(self.fixed, self.prepared, checked)
+
+    def compiled(self, inputs: Mapping[str, Any]) -> Any:
+        """The executable of one call for these inputs' shapes (``.memory_analysis()``)."""
+        if self.rest is None:
+            return self.program.compiled({**self.fixed, **inputs})
+        return self.aot.compiled(self.fixed, self.prepared, _check_inputs(inputs))
 
 
 def _check_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
