@@ -145,6 +145,8 @@ def test_packed_programs_equal_the_plain_ones_on_symmetric_inputs(name):
         for pack in {p for side in ins.pairs.packs for p in side}:
             n = pack.extent
             share *= (n - 1 if pack.strict else n + 1) / (2 * n)
+        if ins.pairs.split is not None:  # two products: the (anti)symmetric parts
+            share *= 2
         dims = {
             c: e
             for r, s in zip(ins.operands, ins.spec.split("->")[0].split(","), strict=True)
@@ -154,16 +156,24 @@ def test_packed_programs_equal_the_plain_ones_on_symmetric_inputs(name):
     assert plain.flops - packed.flops == round(saved) > 0
 
 
-def test_the_ladder_is_packed_on_its_small_operand():
+def test_the_closed_shell_ladder_splits_into_symmetric_and_antisymmetric_parts():
+    # g_ab^cd = g_ba^dc and tau_cd^ij = tau_dc^ji, but no pair is symmetric alone: both
+    # split into parts (anti)symmetric in (c, d), each packed to c <= d, a <= b, i <= j
     spaces = sq.Spaces(i=3, a=6)
     prog = sq.compile(load_equations("ccsd_cs"), spaces, pair_symmetry=True)
     ladder = [ins for ins in _pairs(prog) if any(r.input_key == "g{a,a;a,a}" for r in ins.operands)]
     assert len(ladder) == 1
     (ins,) = ladder
     g = next(k for k, r in enumerate(ins.operands) if r.input_key == "g{a,a;a,a}")
-    assert not ins.pairs.packs[g] and ins.pairs.summed is None  # closed shell: g has no
-    assert ins.pairs.gemm.perms[g] is None  # antisymmetric pair; read as stored
-    assert {ix.space for ix in ins.pairs.fill.pack.labels} == {"i"}  # tau's pair is packed
+    plan = ins.pairs
+    assert plan.split is not None and plan.fill is None
+    assert plan.summed is not None and not plan.summed.strict
+    assert {ix.space for ix in plan.summed.labels} == {"a"}
+    assert {ix.space for ix in plan.split.packs[g].labels} == {"a"}  # g's free (a, b)
+    assert {ix.space for ix in plan.split.packs[1 - g].labels} == {"i"}  # tau's (i, j)
+    assert plan.packs[g] == (plan.summed, plan.split.packs[g])
+    n, m = 6, 3
+    assert plan.fraction == pytest.approx(2 * ((n + 1) / (2 * n)) ** 2 * (m + 1) / (2 * m))
 
 
 def test_nothing_is_packed_without_the_option_or_without_declared_symmetry():

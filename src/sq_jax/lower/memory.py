@@ -269,7 +269,8 @@ def _pair_buffers(ins: Contract) -> list[tuple[_CopyKey, Read, Counter]]:
         if ins.ready[k] is not None:
             continue  # made ready once, read as an input (:mod:`.prepare`)
         if plan.packs[k]:
-            share = packed_share(plan.packs[k])
+            # a split operand's two parts are stacked for one batched product
+            share = packed_share(plan.packs[k]) * (2 if plan.split is not None else 1)
             stored = plan.stored[k]
             how = tuple(
                 (stored.index(p.labels[0]), stored.index(p.labels[1])) for p in plan.packs[k]
@@ -282,10 +283,13 @@ def _pair_buffers(ins: Contract) -> list[tuple[_CopyKey, Read, Counter]]:
         elif plan.gemm.perms[k] is not None or read.slices or k in {m[0] for m in ins.masks}:
             key = (source, plan.gemm.perms[k], read.slices, ins.value_id)
             out.append((key, read, _read_size(read)))
-    if plan.fill is not None:
+    if plan.unpacks:  # the packed product(s), unpacked into the result
         key = (ins.value_id, "packed product", (), ins.value_id)
-        size = _scaled(_size(ins.dims), packed_share([plan.fill.pack]))
-        out.append((key, Read(ins.value_id), size))
+        if plan.split is not None:  # its two parts
+            share = 2 * packed_share(plan.split.packs)
+        else:
+            share = packed_share([plan.fill.pack])
+        out.append((key, Read(ins.value_id), _scaled(_size(ins.dims), share)))
     return out
 
 
@@ -401,7 +405,7 @@ class _Walker:
             for k, ins in enumerate(body)
             if isinstance(ins, Contract)
             and ins.pairs is not None
-            and ins.pairs.fill is not None
+            and ins.pairs.unpacks
             and ins.value_id not in keep
             and all(
                 isinstance(r, Combine)
@@ -446,7 +450,7 @@ class _Walker:
                     if v in live and last.get(v) == k and v not in keep and live[v][1] == out[1]
                 ]
                 new = [] if dying else [out]
-                if isinstance(ins, Contract) and ins.pairs is not None and ins.pairs.fill:
+                if isinstance(ins, Contract) and ins.pairs is not None and ins.pairs.unpacks:
                     # the packed operand dies with the product; the unpacking then reads
                     # the packed product into the result (observed: XLA's peak is the
                     # larger of the two), or into the sums that read it, fused with them

@@ -1,6 +1,6 @@
 """Contractions over symmetric pairs of modes at a half or a quarter of the FLOPs.
 
-Two kinds of pair, found by :func:`plan_pairs` and run by :func:`contract_pairs`:
+Three kinds of pair, found by :func:`plan_pairs` and run by :func:`contract_pairs`:
 
 * **A free pair filled by symmetry.** The o²v⁴ ladder of closed-shell CCSD,
   ``X_ab^ij = Σ_cd g_ab^cd τ_cd^ij``: both operands are symmetric under swapping a
@@ -17,6 +17,12 @@ Two kinds of pair, found by :func:`plan_pairs` and run by :func:`contract_pairs`
   CCSD — the sum runs over ``c < d`` (``c ≤ d``) only, twice off the diagonal: both
   operands are packed, about half the FLOPs. With a free pair as well (the spin-orbital
   ladder) about a quarter.
+
+* **A split pair.** When neither operand is symmetric in a contracted pair alone but
+  each swaps it together with a free pair of its own — the closed-shell ladder
+  ``Σ_cd g_ab^cd τ_cd^ij`` — both are split into their parts symmetric and antisymmetric
+  in ``(c, d)`` (:class:`Split`): two products over ``c ≤ d`` of operands packed to
+  ``a ≤ b`` and ``i ≤ j``, a quarter of the FLOPs in all.
 
 Packing is a gather of the operands' elements (memory traffic, no FLOPs), so a plan
 trades it against the FLOPs it saves: at (H2O)2/cc-pVDZ sizes (o = 20, v = 76) spin-
@@ -81,6 +87,7 @@ __all__ = [
     "Fill",
     "Pack",
     "PairPlan",
+    "Split",
     "contract_pairs",
     "packed_share",
     "pair_shares",
@@ -137,6 +144,24 @@ class Fill:
 
 
 @dataclass(frozen=True, slots=True)
+class Split:
+    """Both operands split into their parts symmetric and antisymmetric in the summed pair.
+
+    ``A = A⁺ + A⁻`` with ``A^± = (A ± A|k1↔k2) / 2``; as ``A`` is symmetric (sign
+    ``s_A``) under swapping ``k1 ↔ k2`` together with its free pair ``f1 ↔ f2``, ``A^±``
+    is symmetric (sign ``±s_A``) under swapping ``f1 ↔ f2`` alone; ``B`` likewise with
+    ``g1 ↔ g2``. ``X = Σ A⁺B⁺ + Σ A⁻B⁻`` (the mixed sums vanish), each a product over
+    ``k1 ≤ k2`` of operands packed to ``f1 ≤ f2`` and ``g1 ≤ g2``: an eighth of the plain
+    product's FLOPs each, a quarter in all (the closed-shell ladder as PySCF runs it).
+    """
+
+    packs: tuple[Pack, Pack]
+    """The free pair ``(f1, f2)`` packed in operand 0, ``(g1, g2)`` in operand 1."""
+    signs: tuple[int, int]
+    """``(s_A, s_B)``: each symmetric part's sign under swapping its free pair alone."""
+
+
+@dataclass(frozen=True, slots=True)
 class PairPlan:
     """One contraction with pairs of modes packed (:func:`plan_pairs`)."""
 
@@ -154,13 +179,26 @@ class PairPlan:
     """The product of the packed operands."""
     output: tuple[Index, ...]
     """The result's stored modes."""
+    split: Split | None = None
+    """Set when the operands are split into (anti)symmetric parts: two packed products."""
 
     @property
     def fraction(self) -> float:
         """The FLOPs of the packed product over the plain one's."""
-        return packed_share({p for side in self.packs for p in side})
+        share = packed_share({p for side in self.packs for p in side})
+        return 2 * share if self.split is not None else share
+
+    @property
+    def unpacks(self) -> bool:
+        """Whether the product comes out packed and is unpacked into the result."""
+        return self.fill is not None or self.split is not None
 
     def __str__(self) -> str:
+        if self.split is not None:
+            assert self.summed is not None
+            (k1, k2), sa, sb = self.summed.labels, *self.split.signs
+            (f1, f2), (g1, g2) = (p.labels for p in self.split.packs)
+            return f"splits {k1}<->{k2}; {f1}<={f2} {sa:+d}, {g1}<={g2} {sb:+d}"
         parts = []
         if self.summed is not None:
             (k1, k2), rel = self.summed.labels, "<" if self.summed.strict else "<="
@@ -299,18 +337,27 @@ def plan_pairs(
     flops = 2.0 * math.prod(extent[ix] for ix in set(stored[0]) | set(stored[1]))
     out_bytes = 8.0 * math.prod(extent[ix] for ix in out)
     best: tuple[float, PairPlan] | None = None
-    for use_summed, use_fill in itertools.product((summed, None), (fill, None)):
-        if use_summed is None and use_fill is None:
-            continue
-        plan = _assemble(stored, out, nbytes, use_summed, use_fill)
+    candidates: list[PairPlan | None] = [
+        _assemble(stored, out, nbytes, use_summed, use_fill)
+        for use_summed, use_fill in itertools.product((summed, None), (fill, None))
+        if use_summed is not None or use_fill is not None
+    ]
+    if summed is None:  # a pair symmetric alone in both operands leaves nothing to split
+        candidates += [_assemble_split(stored, out, nbytes, extent, fixed, joint, pairs)]
+    for plan in candidates:
         if plan is None:
             continue
         # what packing saves in FLOPs against the bytes its gathers write
+        parts = 2 if plan.split is not None else 1
         written = sum(
-            nbytes[k] * packed_share(plan.packs[k]) for k in (0, 1) if plan.packs[k] and not free[k]
+            parts * nbytes[k] * packed_share(plan.packs[k])
+            for k in (0, 1)
+            if plan.packs[k] and not free[k]
         )
         if plan.fill is not None:
             written += out_bytes * packed_share([plan.fill.pack])
+        if plan.split is not None:
+            written += out_bytes * 2 * packed_share(plan.split.packs)
         gain = flops * (1 - plan.fraction) / FLOP_RATE - written / GATHER_RATE
         if gain > 0 and (best is None or gain > best[0]):
             best = (gain, plan)
@@ -355,6 +402,53 @@ def _assemble(
         gemm,
         output,
     )
+
+
+def _assemble_split(
+    stored: tuple[Sequence[Index], Sequence[Index]],
+    out: Sequence[Index],
+    nbytes: tuple[int, int],
+    extent: Mapping[Index, int],
+    fixed: frozenset[Index],
+    joint: list[dict[frozenset[Index], tuple[tuple[Index, Index], int]]],
+    pairs: Sequence[frozenset[Index]],
+) -> PairPlan | None:
+    """A :class:`Split` plan, or ``None``.
+
+    Over the first contracted pair that both operands swap together with a free pair of
+    their own.
+    """
+    free = set(out) - fixed
+    for pair in pairs:
+        k1, k2 = sorted(pair, key=list(stored[0]).index)
+        (f1, f2), sa = joint[0][pair]
+        (g1, g2), sb = joint[1][pair]
+        if pair & fixed or not {f1, f2, g1, g2} <= free or extent[k1] != extent[k2]:
+            continue
+        if extent[f1] != extent[f2] or extent[g1] != extent[g2]:
+            continue
+        if {f1, f2} & set(stored[1]) or {g1, g2} & set(stored[0]):
+            continue  # a Hadamard mode
+        summed = Pack((k1, k2), extent[k1], False, _mark((k1, k2)))
+        pf = Pack((f1, f2), extent[f1], False, _mark((f1, f2)))
+        pg = Pack((g1, g2), extent[g1], False, _mark((g1, g2)))
+        packs = ((summed, pf), (summed, pg))
+        labels = [_after(stored[k], packs[k]) for k in (0, 1)]
+        sizes = [round(nbytes[k] * packed_share(packs[k])) for k in (0, 1)]
+        want = [ix for ix in out if ix not in (f1, f2, g1, g2)] + [pf.mark, pg.mark]
+        gemm = plan_gemm(labels[0], labels[1], want, (sizes[0], sizes[1]))
+        if gemm is None:
+            continue
+        output: tuple[Index, ...] = tuple(gemm.output)
+        for pack in (pf, pg):
+            at = output.index(pack.mark)
+            output = (*output[:at], *pack.labels, *output[at + 1 :])
+        weighted = min((0, 1), key=lambda k: (sizes[k], k))
+        split = Split((pf, pg), (sa, sb))
+        return PairPlan(
+            (tuple(stored[0]), tuple(stored[1])), packs, summed, weighted, None, gemm, output, split
+        )
+    return None
 
 
 def _pair_of(n: int) -> np.ndarray:
@@ -438,6 +532,16 @@ def ready_operand(plan: PairPlan, k: int, x: Any) -> Any:
         >>> ready_operand(plan, 0, np.ones((40,) * 4)).shape  # (a1, a2, a3<a4)
         (40, 40, 780)
     """
+    if plan.split is not None:  # the symmetric and antisymmetric parts, stacked
+        assert plan.summed is not None
+        k1, k2 = (plan.stored[k].index(ix) for ix in plan.summed.labels)
+        swapped = jnp.swapaxes(x, k1, k2)
+        parts = ((x + swapped) / 2, (x - swapped) / 2)
+        return jnp.stack([_ready_part(plan, k, part) for part in parts])
+    return _ready_part(plan, k, x)
+
+
+def _ready_part(plan: PairPlan, k: int, x: Any) -> Any:
     labels = list(plan.stored[k])
     for pack in plan.packs[k]:
         x, labels = _gather(x, labels, pack)
@@ -458,7 +562,10 @@ def _packed(
         ready_operand(plan, k, x) if r is None else r
         for k, (x, r) in enumerate(zip(ops, ready, strict=True))
     ]
-    y = matmul(replace(plan.gemm, perms=(None, None)), ops[0], ops[1])
+    gemm = replace(plan.gemm, perms=(None, None))
+    if plan.split is not None:
+        return _split_product(plan, gemm, ops, matmul)
+    y = matmul(gemm, ops[0], ops[1])
     fill = plan.fill
     if fill is None:
         return y
@@ -470,6 +577,36 @@ def _packed(
     shape[at], shape[at + 1] = n, n
     below = jnp.asarray(np.tril(np.ones((n, n), dtype=bool), -1).reshape(shape))
     return jnp.where(below, swapped if fill.sign > 0 else -swapped, full)
+
+
+def _split_product(plan: PairPlan, gemm: GemmPlan, ops: list[Any], matmul: Any) -> Any:
+    """``Σ A⁺B⁺ + Σ A⁻B⁻`` from the stacked parts, unpacked in both free pairs.
+
+    With ``y = X⁺ + X⁻`` and ``z = X⁺ − X⁻`` (packed), ``X[f, g] = y[f, g]`` where both
+    pairs are in order, ``s_A z`` or ``s_B z`` with one of them swapped, ``s_A s_B y`` with
+    both: unpacked one pair at a time, with no full-size copy of either part.
+    """
+    assert plan.split is not None
+    # one product batched over the two parts: each part is read in place from its stack
+    # (indexing the stack first made XLA copy each part of a prepared g: +160 MB)
+    both = jax.vmap(lambda x, w: matmul(gemm, x, w))(ops[0], ops[1])
+    y, z = both[0] + both[1], both[0] - both[1]
+    pairs = zip(plan.split.packs, plan.split.signs, strict=True)
+    (at1, n1, s1), (at2, n2, s2) = sorted(
+        ((gemm.output.index(p.mark), p.extent, s) for p, s in pairs), reverse=True
+    )  # the later axis first: the other one keeps its place
+    y, z = _unfold(y, z, at1, n1, s1), _unfold(z, y, at1, n1, s1)
+    return _unfold(y, z, at2, n2, s2)
+
+
+def _unfold(keep: Any, swap: Any, at: int, n: int, sign: int) -> Any:
+    """Axis ``at`` (pairs ``i ≤ j``) unpacked: ``keep_ij``, and ``sign·swap_ji`` below."""
+    where = jnp.asarray(_pair_of(n))
+    shape = [1] * (keep.ndim + 1)
+    shape[at], shape[at + 1] = n, n
+    below = jnp.asarray(np.tril(np.ones((n, n), dtype=bool), -1).reshape(shape))
+    other = jnp.take(swap, where, axis=at)
+    return jnp.where(below, other if sign > 0 else -other, jnp.take(keep, where, axis=at))
 
 
 def pair_shares(lowered: Any) -> dict[int, float]:
