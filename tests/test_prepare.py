@@ -106,10 +106,10 @@ def test_operands_cut_to_a_batch_are_not_copied_whole():
 
 
 def test_fixed_inputs_price_their_packing_as_made_once():
-    # at o = 10 packing g's summed pair (a3 < a4) writes half of g per call, more than
+    # at o = 3 packing g's summed pair (a3 < a4) writes half of g per call, more than
     # it saves; made once, it is free, and the summed pair is packed as well
     text = "R{a1,a2;i1,i2} = g{a1,a2;a3,a4}:A t{a3,a4;i1,i2}:A"
-    spaces = sq.Spaces(i=10, a=40)
+    spaces = sq.Spaces(i=3, a=40)
     per_call = sq.compile(text, spaces, pair_symmetry=True).lowered.body[0].pairs
     once = sq.compile(text, spaces, pair_symmetry=True, fixed_inputs=["g"]).lowered.body[0].pairs
     assert per_call.summed is None and once.summed is not None

@@ -36,8 +36,8 @@ Example:
     >>> import numpy as np, sq_jax as sq
     >>> text = "R{a1,a2;i1,i2} = g{a1,a2;a3,a4} t{a3,a4;i1,i2}"
     >>> prog = sq.compile(text, sq.Spaces(i=10, a=40), pair_symmetry=True)
-    >>> print(prog.lowered.body[0])
-    v2 = pairs(abcd,cdef->abef; i_1<=i_2, rest by a_1<->a_2, +1) g{a,a;a,a} t{a,a;i,i}
+    >>> print(prog.lowered.body[0])  # both operands split in (a3, a4), then packed
+    v2 = pairs(abcd,cdef->abef; splits a_3<->a_4; a_1<=a_2 +1, i_1<=i_2 +1) g{a,a;a,a} t{a,a;i,i}
     >>> rng = np.random.default_rng(0)
     >>> g, t = rng.normal(size=(40, 40, 40, 40)), rng.normal(size=(40, 40, 10, 10))
     >>> g, t = g + g.transpose(1, 0, 3, 2), t + t.transpose(1, 0, 3, 2)  # declared: N-C-S
@@ -49,7 +49,7 @@ Example:
     than the bytes the gather writes (:data:`FLOP_RATE`, :data:`GATHER_RATE`):
 
     >>> anti = "R{a1,a2;i1,i2} = g{a1,a2;a3,a4}:A t{a3,a4;i1,i2}:A"
-    >>> for o in (10, 30):  # g{a,a;a,a} packed too only where o is large enough
+    >>> for o in (3, 10):  # g{a,a;a,a} packed too only where o is large enough
     ...     prog = sq.compile(anti, sq.Spaces(i=o, a=40), pair_symmetry=True)
     ...     print(prog.lowered.body[0].pairs)
     i_1<=i_2, rest by a_1<->a_2, +1
@@ -77,11 +77,14 @@ FLOP_RATE = 5e10
 """FLOPs per second of a product on this project's 2-core CPU (JAX float64 GEMM: 60-146
 GFLOP/s alone, about 55 in CCSD): what the FLOPs a packing saves are worth."""
 
-GATHER_RATE = 1e9
-"""Bytes per second a gather writes here (a fresh buffer: 0.5-1.9 GB/s measured for
-17-598 MB), what a packing costs. A pair is packed only where the FLOPs it saves take
-longer than its gathers (measured at H2O/cc-pVDZ sizes: packing the spin-orbital
-ladder's summed pair, half of the 17 MB ``g{a,a;a,a}``, cost as much as it saved)."""
+GATHER_RATE = 1e10
+"""Bytes per second a gather writes here, what a packing costs: a pair is packed only
+where the FLOPs it saves take longer than its gathers. Fitted to whole iterations of
+spin-orbital CCSD prepared as the drivers run it (integrals packed once; one process,
+``bench/README.md``): the rate 1e10 ran H2O/cc-pVDZ in 22.3 ms and (H2O)2/cc-pVDZ in
+1.144 s, against 23.6 ms and 1.227 s at 1e9. A fresh buffer is written at 0.5-1.9 GB/s
+(17-598 MB); a one-call program that gathers half of the 17 MB ``g{a,a;a,a}`` of
+H2O/cc-pVDZ every call lost 0.3 ms on it."""
 
 __all__ = [
     "Fill",
@@ -297,8 +300,8 @@ def plan_pairs(
         >>> extent = {ix: 40 if ix.space == "a" else 10 for ix in (*g, *t)}
         >>> plan = plan_pairs((g, t), (g, t), (sym, sym), (a1, a2, i1, i2),
         ...                   (8 * 40**4, 8 * 40**2 * 10**2), extent)
-        >>> str(plan), plan.fraction  # t's (i_1, i_2) packed: 55 of 100 pairs
-        ('i_1<=i_2, rest by a_1<->a_2, +1', 0.55)
+        >>> str(plan), round(plan.fraction, 3)  # both split in (a_3, a_4), then packed
+        ('splits a_3<->a_4; a_1<=a_2 +1, i_1<=i_2 +1', 0.289)
     """
     out_set = set(out)
     contracted = (set(stored[0]) & set(stored[1])) - out_set
@@ -617,8 +620,8 @@ def pair_shares(lowered: Any) -> dict[int, float]:
     Example:
         >>> import sq_jax as sq
         >>> text = "R{a1,a2;i1,i2} = g{a1,a2;a3,a4} t{a3,a4;i1,i2}"
-        >>> pair_shares(sq.compile(text, sq.Spaces(i=10, a=40), pair_symmetry=True).lowered)
-        {2: 0.55}
+        >>> pair_shares(sq.compile(text, sq.Spaces(i=3, a=40), pair_symmetry=True).lowered)
+        {2: 0.6666666666666666}
     """
     out: dict[int, float] = {}
     stack = list(lowered.body)
