@@ -40,6 +40,7 @@ def test_prepared_programs_equal_the_one_call_program_with_their_derivatives(
     # every pair packed, so that the prologue makes packed copies too (the gate packs
     # nothing at these sizes)
     monkeypatch.setattr(pairs_module, "GATHER_RATE", float("inf"))
+    monkeypatch.setattr(pairs_module, "INPUT_GATHER_RATE", float("inf"))
     spaces = sq.Spaces(i=3, a=5)
     text = load_equations(name)
     plain = sq.compile(text, spaces)

@@ -50,7 +50,7 @@ from ..schedule.rich import OccurrenceRec
 from ..schedule.wellformed import crossings
 from .gemm import plan_gemm
 from .ir import Combine, Contract, Instr, Loop, LoweredProgram, Read, Result
-from .pairs import PairPlan, plan_pairs
+from .pairs import PairPlan, gather_rate, plan_pairs
 
 __all__ = ["lower_schedule"]
 
@@ -241,8 +241,11 @@ class _Walk:
             keys.append(self.symmetries.get(occ.node.key, frozenset()))
         extent = {ix: self.extent(ix) for lab in labels for ix in lab}
         made_once = self.sf.annotated.forest.fixed_inputs
-        free = tuple(
-            r.input_key is not None and not r.slices and r.input_key.split("{")[0] in made_once
+        rates = tuple(
+            gather_rate(
+                r.input_key is not None,
+                r.input_key is not None and not r.slices and r.input_key.split("{")[0] in made_once,
+            )
             for r in ops
         )
         return plan_pairs(
@@ -253,7 +256,7 @@ class _Walk:
             (self.nbytes(ops[0]), self.nbytes(ops[1])),
             extent,
             frozenset(fixed),
-            (free[0], free[1]),
+            (rates[0], rates[1]),
         )
 
     def masks(

@@ -36,8 +36,8 @@ Example:
     >>> import numpy as np, sq_jax as sq
     >>> text = "R{a1,a2;i1,i2} = g{a1,a2;a3,a4} t{a3,a4;i1,i2}"
     >>> prog = sq.compile(text, sq.Spaces(i=10, a=40), pair_symmetry=True)
-    >>> print(prog.lowered.body[0])  # both operands split in (a3, a4), then packed
-    v2 = pairs(abcd,cdef->abef; splits a_3<->a_4; a_1<=a_2 +1, i_1<=i_2 +1) g{a,a;a,a} t{a,a;i,i}
+    >>> print(prog.lowered.body[0])
+    v2 = pairs(abcd,cdef->abef; i_1<=i_2, rest by a_1<->a_2, +1) g{a,a;a,a} t{a,a;i,i}
     >>> rng = np.random.default_rng(0)
     >>> g, t = rng.normal(size=(40, 40, 40, 40)), rng.normal(size=(40, 40, 10, 10))
     >>> g, t = g + g.transpose(1, 0, 3, 2), t + t.transpose(1, 0, 3, 2)  # declared: N-C-S
@@ -45,11 +45,20 @@ Example:
     >>> bool(np.allclose(r, np.einsum("abcd,cdij->abij", g, t)))
     True
 
+    With g fixed between calls (packed once, :meth:`sq_jax.Program.prepare`), g splits:
+
+    >>> once = sq.compile(text, sq.Spaces(i=10, a=40), pair_symmetry=True, fixed_inputs=["g"])
+    >>> print(once.lowered.body[0].pairs)
+    splits a_3<->a_4; a_1<=a_2 +1, i_1<=i_2 +1
+    >>> step = once.prepare({"g{a,a;a,a}": g})
+    >>> bool(np.allclose(step({"t{a,a;i,i}": t})["R"], np.einsum("abcd,cdij->abij", g, t)))
+    True
+
     Packing is a gather: a pair is packed only where the FLOPs it saves are worth more
     than the bytes the gather writes (:data:`FLOP_RATE`, :data:`GATHER_RATE`):
 
     >>> anti = "R{a1,a2;i1,i2} = g{a1,a2;a3,a4}:A t{a3,a4;i1,i2}:A"
-    >>> for o in (3, 10):  # g{a,a;a,a} packed too only where o is large enough
+    >>> for o in (10, 30):  # g{a,a;a,a} packed too only where o is large enough
     ...     prog = sq.compile(anti, sq.Spaces(i=o, a=40), pair_symmetry=True)
     ...     print(prog.lowered.body[0].pairs)
     i_1<=i_2, rest by a_1<->a_2, +1
@@ -78,13 +87,20 @@ FLOP_RATE = 5e10
 GFLOP/s alone, about 55 in CCSD): what the FLOPs a packing saves are worth."""
 
 GATHER_RATE = 1e10
-"""Bytes per second a gather writes here, what a packing costs: a pair is packed only
-where the FLOPs it saves take longer than its gathers. Fitted to whole iterations of
-spin-orbital CCSD prepared as the drivers run it (integrals packed once; one process,
-``bench/README.md``): the rate 1e10 ran H2O/cc-pVDZ in 22.3 ms and (H2O)2/cc-pVDZ in
-1.144 s, against 23.6 ms and 1.227 s at 1e9. A fresh buffer is written at 0.5-1.9 GB/s
-(17-598 MB); a one-call program that gathers half of the 17 MB ``g{a,a;a,a}`` of
-H2O/cc-pVDZ every call lost 0.3 ms on it."""
+"""Bytes per second a gather of a computed value (or of a product to unpack) writes
+here, what a packing costs: a pair is packed only where the FLOPs it saves take longer
+than its gathers. Fitted with :data:`INPUT_GATHER_RATE` to whole iterations of
+spin-orbital CCSD, interleaved in one process (``bench/README.md``):
+
+* prepared as the drivers run it (integrals packed once): H2O/cc-pVDZ 24.7 ms and
+  (H2O)2/cc-pVDZ 1.055 s with these two rates, 26.6 ms and 1.129 s with 1e9 for both;
+* called with every input: H2O/cc-pVDZ 29.3 ms, against 33.0 ms with 1e9 for both and
+  34.6 ms with 1e10 for both."""
+
+INPUT_GATHER_RATE = 1e9
+"""Bytes per second a gather of an input block writes when it is made on every call (a
+fresh buffer: 0.5-1.9 GB/s measured for 17-598 MB). Inputs packed once
+(:mod:`sq_jax.lower.prepare`) cost nothing per call."""
 
 __all__ = [
     "Fill",
@@ -92,6 +108,7 @@ __all__ = [
     "PairPlan",
     "Split",
     "contract_pairs",
+    "gather_rate",
     "packed_share",
     "pair_shares",
     "plan_pairs",
@@ -257,6 +274,18 @@ def _mark(pair: tuple[Index, Index]) -> Index:
     return Index(f"({pair[0]} {pair[1]})", 0)
 
 
+def gather_rate(is_input: bool, made_once: bool) -> float:
+    """Bytes per second a gather of an operand costs per call (``inf``: made once).
+
+    Example:
+        >>> gather_rate(True, True), gather_rate(True, False), gather_rate(False, False)
+        (inf, 1000000000.0, 10000000000.0)
+    """
+    if made_once:
+        return math.inf
+    return INPUT_GATHER_RATE if is_input else GATHER_RATE
+
+
 def plan_pairs(
     stored: tuple[Sequence[Index], Sequence[Index]],
     node_labels: tuple[Sequence[Index], Sequence[Index]],
@@ -265,7 +294,7 @@ def plan_pairs(
     nbytes: tuple[int, int],
     extent: Mapping[Index, int],
     fixed: frozenset[Index] = frozenset(),
-    free: tuple[bool, bool] = (False, False),
+    rates: tuple[float, float] = (GATHER_RATE, GATHER_RATE),
 ) -> PairPlan | None:
     """A packed plan for ``einsum(stored[0], stored[1] -> out)``, or ``None``.
 
@@ -286,8 +315,8 @@ def plan_pairs(
         nbytes: each operand's size: the smaller one's free pair is packed.
         extent: each label's extent.
         fixed: modes cut to a loop's batch here: no pair may hold one.
-        free: per operand, whether its gathers cost nothing per call (an input packed
-            once, :mod:`sq_jax.lower.prepare`).
+        rates: per operand, the bytes per second its gathers write
+            (:func:`gather_rate`; ``inf``: packed once, :mod:`sq_jax.lower.prepare`).
 
     Returns:
         The plan, or ``None`` when no pair of either kind is found or none pays.
@@ -352,16 +381,16 @@ def plan_pairs(
             continue
         # what packing saves in FLOPs against the bytes its gathers write
         parts = 2 if plan.split is not None else 1
-        written = sum(
-            parts * nbytes[k] * packed_share(plan.packs[k])
+        writing = sum(
+            parts * nbytes[k] * packed_share(plan.packs[k]) / rates[k]
             for k in (0, 1)
-            if plan.packs[k] and not free[k]
+            if plan.packs[k]
         )
         if plan.fill is not None:
-            written += out_bytes * packed_share([plan.fill.pack])
+            writing += out_bytes * packed_share([plan.fill.pack]) / GATHER_RATE
         if plan.split is not None:
-            written += out_bytes * 2 * packed_share(plan.split.packs)
-        gain = flops * (1 - plan.fraction) / FLOP_RATE - written / GATHER_RATE
+            writing += out_bytes * 2 * packed_share(plan.split.packs) / GATHER_RATE
+        gain = flops * (1 - plan.fraction) / FLOP_RATE - writing
         if gain > 0 and (best is None or gain > best[0]):
             best = (gain, plan)
     return None if best is None else best[1]
