@@ -80,7 +80,7 @@ def sq_iteration(mf: Any, *, df: bool, budget: Any = None) -> dict[str, Any]:
     amps = {T1: np.ascontiguousarray(m1), T2: np.ascontiguousarray(m2)}
     inputs = _read_by(prog, {**ints.inputs(), **amps})
     prologue_s = prepared_bytes = None
-    if budget is None:  # cc.ccsd prepares an unbudgeted program (Program.prepare)
+    if budget is None:  # as cc.ccsd prepares a large unbudgeted program
         p0 = time.perf_counter()
         run = wl.prepared(prog, inputs)
         jax.block_until_ready(run.step.prepared)

@@ -33,7 +33,7 @@ def _competitors(system: wl.System, closed_shell: bool, batch: dict) -> dict[str
         return (wl.inputs_for(p, blocks),)
 
     def solved(**options):
-        # as cc.ccsd runs its residual: the inputs' declared symmetries trusted, the
+        # as cc.ccsd runs a large residual: the inputs' declared symmetries trusted, the
         # integrals fixed and prepared once (their copies and packs made before the solve)
         prog = sq.compile(text, spaces, **wl.as_solved(text, spaces), **options)
         return wl.prepared(prog, blocks)

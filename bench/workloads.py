@@ -215,8 +215,8 @@ def block_inputs(program: sq.Program, ints: Any) -> dict[str, Any]:
 
 
 def as_solved(text: str, spaces: sq.Spaces) -> dict[str, Any]:
-    """The options ``cc.ccsd`` compiles a residual with (no memory budget): the inputs'
-    declared symmetries trusted, every input but the amplitudes ``t`` fixed."""
+    """The options ``cc.ccsd`` compiles a large residual with (no memory budget, from
+    ``PREPARE_MIN_FLOPS`` up): the declared symmetries trusted, every input but ``t`` fixed."""
     labels = {
         x.label
         for eq in sq.parse(text, spaces=spaces)
@@ -229,7 +229,7 @@ def as_solved(text: str, spaces: sq.Spaces) -> dict[str, Any]:
 
 @dataclasses.dataclass(frozen=True)
 class Solved:
-    """A program prepared as ``cc.ccsd`` runs it in a solve, and its call's amplitudes."""
+    """A program prepared as ``cc.ccsd`` runs a large one in a solve, and its amplitudes."""
 
     step: Any
     """The :class:`sq_jax.PreparedProgram` (every input but the amplitudes bound)."""

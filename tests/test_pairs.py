@@ -302,9 +302,13 @@ def test_cc_runs_with_every_pair_packed_equal_the_plain_runs(closed_shell, monke
     # nothing, so here everything is packed (fixture) and compared with nothing packed:
     # the amplitudes, the energy, and Lambda (which differentiates the residual program)
     from sq_jax import cc
+    from sq_jax.cc import drivers
 
+    # prepared as a large solve is (integral copies and packs made once), at any size
+    monkeypatch.setattr(drivers, "PREPARE_MIN_FLOPS", 0)
     packed = cc.ccsd(closed_shell=closed_shell)
     assert any(getattr(i, "pairs", None) for i in packed.residual_program.lowered.body)
+    assert packed.prepared_bytes > 0
     lam_packed = cc.solve_lambda(packed)
     monkeypatch.setattr(pairs_module, "GATHER_RATE", 1e-30)  # gathers priced out: none packs
     monkeypatch.setattr(pairs_module, "INPUT_GATHER_RATE", 1e-30)

@@ -340,6 +340,17 @@ class _Compiled:
     residual_of: Mapping[str, str]
     keys: list[str]
     after: dict[str, int]
+    prepare: bool = False
+    """Whether ``_solve`` prepares the residual program with the integrals."""
+
+
+PREPARE_MIN_FLOPS = 1e10
+"""FLOPs per iteration from which a solve prepares its residual program
+(:meth:`sq_jax.Program.prepare`). The prologue's compile costs about a second
+(0.5-0.9 s measured for CCSD on H2O); it saved about 10% of an iteration at
+H2O/cc-pVDZ (7.9e8 FLOPs, 25 ms) and (H2O)2/cc-pVDZ (4.1e10 FLOPs, 1.1 s): a solve of
+15-20 iterations gets its second back from about 1e10 FLOPs per iteration. (H2O
+solves took 0.1-1.2 s longer in all when prepared.)"""
 
 
 def _compile(
@@ -353,26 +364,22 @@ def _compile(
     # The integrals (real orbitals) and the amplitudes have the symmetries the equation
     # files declare, so products over symmetric pairs (the ladder) run packed; their
     # derivatives stay exact (lambda, EOM and implicit differentiation read them).
-    # Without a budget the integrals are bound once (_solve prepares the program: their
-    # copies and packs made before the iterations), so packing them is free per iteration.
-    # Under a budget nothing is prepared: held copies would be memory it did not plan for.
-    fixed: dict[str, Any] = {}
-    if settings.memory_budget is None:
+    options = {"batch": settings.batch, "remat": settings.remat, "pair_symmetry": True}
+    residual = compile_program(residual_eqs, spaces, **options, **budget)
+    # A large program without a budget is prepared (_solve): what reads only the integrals
+    # (their copies and packs) is made once, before the iterations, and packing them is
+    # then free. Under a budget nothing is prepared: held copies would be memory it did
+    # not plan for; below PREPARE_MIN_FLOPS the prologue costs more than a solve saves.
+    prepare = settings.memory_budget is None and residual.flops >= PREPARE_MIN_FLOPS
+    if prepare:
         computed = {key.split("{")[0] for key in residual_of.values()}
         computed |= {eq.name for eq in equations}
         labels = {x.label for eq in residual_eqs for x in walk(eq.rhs) if isinstance(x, Tensor)}
-        fixed["fixed_inputs"] = sorted(labels - computed)
-    residual = compile_program(
-        residual_eqs,
-        spaces,
-        batch=settings.batch,
-        remat=settings.remat,
-        pair_symmetry=True,
-        **fixed,
-        **budget,
-    )
+        fixed = sorted(labels - computed)
+        residual = compile_program(residual_eqs, spaces, **options, fixed_inputs=fixed)
     keys = [residual_of[eq.name] for eq in residual_eqs]
-    return _Compiled(residual, compile_program(energy_eqs, spaces), residual_of, keys, after)
+    energy = compile_program(energy_eqs, spaces)
+    return _Compiled(residual, energy, residual_of, keys, after, prepare)
 
 
 def _solve(
@@ -386,12 +393,12 @@ def _solve(
     """Run the solver on the two compiled programs, from ``start`` (one key per residual).
 
     Returns the result and the bytes the prepared residual program holds (0 when nothing
-    was prepared: under a memory budget).
+    was prepared: under a memory budget, or below :data:`PREPARE_MIN_FLOPS`).
     """
     # Each program is given only what it reads (CCD's energy has no Fock term, say).
     residual_program, energy_program = compiled.residual, compiled.energy
     fixed_r = _read_by(residual_program, integrals)
-    if settings.memory_budget is None:  # what reads only the integrals is done once
+    if compiled.prepare:  # what reads only the integrals is done once
         step: Any = residual_program.prepare(fixed_r)
         prepared_bytes = step.prepared_bytes
     else:

@@ -72,8 +72,8 @@ class CCRun:
             ``apply_antisymmetrizer(residual_program(...)[name], n)``. Empty for CCSD.
         prepared_bytes: bytes held through the solve by what the residual program
             computed once from the integrals (:meth:`sq_jax.Program.prepare`: their sums
-            and transposed or packed copies); 0 under a memory budget, where nothing is
-            prepared.
+            and transposed or packed copies); 0 where nothing is prepared: under a
+            memory budget, or below ``cc.drivers.PREPARE_MIN_FLOPS``.
     """
 
     method: str

@@ -87,18 +87,14 @@ class Prologue:
         return (*values, *(c.key for c in self.copies))
 
 
-def copy_key(
-    source: str, perm: tuple[int, ...] | None, pairs: PairPlan | None = None, operand: int = 0
-) -> str:
-    """The key of a prepared copy.
+def copy_key(source: str, perm: tuple[int, ...]) -> str:
+    """The key of a prepared transposed copy (a packed one is numbered: ``.ready[n]``).
 
     Example:
         >>> copy_key("g{a,a;a,a}", (0, 2, 1, 3))
         'g{a,a;a,a}.T(0,2,1,3)'
     """
-    if pairs is None:
-        return f"{source}.T{perm}".replace(" ", "")
-    return f"{source}.ready[{pairs};{operand}]".replace(" ", "")
+    return f"{source}.T{perm}".replace(" ", "")
 
 
 def _fixed_read(read: Read, fixed: Collection[str]) -> bool:
@@ -135,6 +131,7 @@ def split_prologue(
         else:
             root.append(ins)
     copies: dict[str, Copy] = {}
+    numbered: dict[tuple[str, PairPlan, int], str] = {}
 
     def rewrite(ins: Instr) -> Instr:
         if isinstance(ins, Loop):
@@ -153,7 +150,12 @@ def split_prologue(
                 plan = ins.pairs
                 weighted = plan.summed is not None and plan.weighted == k
                 if plan.packs[k] or plan.gemm.perms[k] is not None or weighted:
-                    key = copy_key(read.input_key, None, plan, k)
+                    # one copy per (block, plan, operand): plans that print alike may
+                    # still differ in layout, weights or transposes
+                    made = (read.input_key, plan, k)
+                    if made not in numbered:
+                        numbered[made] = f"{read.input_key}.ready[{len(numbered)}]"
+                    key = numbered[made]
                     copies.setdefault(key, Copy(key, read.input_key, None, plan, k))
                     ready[k] = key
             elif gemm is not None and gemm.perms[k] is not None:
