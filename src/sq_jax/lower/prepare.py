@@ -113,6 +113,13 @@ def split_prologue(
     Returns:
         The prologue and the rest; the rest reads the prologue's arrays
         (:attr:`Prologue.keys`) as input blocks besides the original inputs.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> prog = sq.compile("R{a1;i1} = g{a2,i1;a1,i2} t{a2;i2}", sq.Spaces(i=2, a=3))
+        >>> prologue, rest = split_prologue(prog.lowered, {"g{a,i;a,i}"})
+        >>> prologue.keys, rest.input_keys
+        (('g{a,i;a,i}.T(0,3,1,2)',), ('t{a;i}', 'g{a,i;a,i}', 'g{a,i;a,i}.T(0,3,1,2)'))
     """
     fixed = set(fixed)
     values: list[Instr] = []
@@ -190,6 +197,15 @@ def run_prologue(prologue: Prologue, blocks: Mapping[str, Any]) -> dict[str, Any
 
     Returns:
         One array per key of :attr:`Prologue.keys`.
+
+    Example:
+        >>> import numpy as np, sq_jax as sq
+        >>> prog = sq.compile("R{a1;i1} = g{a2,i1;a1,i2} t{a2;i2}", sq.Spaces(i=2, a=3))
+        >>> prologue, _ = split_prologue(prog.lowered, {"g{a,i;a,i}"})
+        >>> g = np.arange(36.0).reshape(3, 2, 3, 2)
+        >>> made = run_prologue(prologue, {"g{a,i;a,i}": g})
+        >>> bool((made["g{a,i;a,i}.T(0,3,1,2)"] == g.transpose(0, 3, 1, 2)).all())
+        True
     """
     arrays = [jnp.asarray(x) for x in blocks.values()]
     dtype = jnp.result_type(*arrays, float) if arrays else jnp.result_type(float)
