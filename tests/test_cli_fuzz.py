@@ -28,7 +28,7 @@ from sq_jax.cc.cli import main
 from sq_jax.cc.integrals import default_spatial_system, default_system, write_sequant_tensor
 from sq_jax.cc.solvers import CCResult, CCStatus, CCTimings
 
-MAX_EXAMPLES = 200
+MAX_EXAMPLES = 120
 
 
 def _no_iterations(residual_fn, energy_fn, t0, denominators, **options):
