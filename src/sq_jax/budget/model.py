@@ -59,6 +59,7 @@ class Configuration:
     site: str = "root"
     modes: str = "all"  # BatchPlan.external_modes
     hoist: str = "none"  # BatchPlan.hoist
+    sums: str = "fused"  # BatchPlan.sums
 
     @property
     def spaces(self) -> tuple[str, ...]:
@@ -80,6 +81,7 @@ class Configuration:
             self.site,
             self.modes,
             self.hoist,
+            self.sums,
         )
 
 

@@ -29,7 +29,7 @@ from ..forest.denominators import build_denominator
 from ..forest.reference import scalar_value
 from ..schedule.ir import LoopId
 from .gemm import GemmPlan
-from .ir import Combine, Contract, Instr, Loop, Read
+from .ir import Accumulate, Combine, Contract, Instr, Loop, Read, Term
 from .pairs import contract_pairs
 from .sums import ProductGroup, SumCut, plan_sums
 
@@ -242,6 +242,8 @@ def run_body(
         elif isinstance(ins, Contract):
             ready = tuple(None if key is None else run.blocks[key] for key in ins.ready)
             env[ins.value_id] = contract(ins, _operands(ins, env, ctx, run), ready)
+        elif isinstance(ins, Accumulate):
+            env[ins.value_id] = _accumulate(ins, env, ctx, run)
         elif isinstance(ins, Combine):
             terms = []
             ops = [run.read(r, env, ctx, run.blocks, run.dtype) for r in ins.operands]
@@ -251,6 +253,31 @@ def run_body(
             env[ins.value_id] = terms[0] + terms[1]
         else:
             env.update(run_loop(ins, env, ctx, run))
+
+
+def _accumulate(ins: Accumulate, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> Any:
+    """A sequenced sum (:mod:`..accumulate`), one term at a time.
+
+    One ``lax.switch`` branch per term, run in turn by a ``lax.fori_loop``: XLA cannot
+    fuse the adds across the loop, so it makes one term at a time.
+    """
+
+    def branch(term: Term) -> Callable[[Any], Any]:
+        def add(acc: Any) -> Any:
+            local = dict(env)
+            keep = (term.read.value_id,) if term.read.input_key is None else ()
+            run_body(term.body, local, ctx, run, keep)
+            x = run.read(term.read, local, ctx, run.blocks, run.dtype)
+            x = x if term.perm == tuple(range(len(term.perm))) else jnp.transpose(x, term.perm)
+            return acc + (x if term.coef == 1.0 else term.coef * x)
+
+        return add
+
+    branches = [branch(t) for t in ins.terms]
+    acc = jnp.zeros(block_shape(ins.dims, ctx), run.dtype)
+    if run.vary is not None:
+        acc = run.vary(acc)
+    return lax.fori_loop(0, len(branches), lambda k, a: lax.switch(k, branches, a), acc)
 
 
 def _group_sum(group: ProductGroup, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> Any:

@@ -48,6 +48,7 @@ from ..schedule import ScheduledForest
 from ..schedule.ir import BuildStep, LoopId, OutputKind, ScopeBlock
 from ..schedule.rich import OccurrenceRec
 from ..schedule.wellformed import crossings
+from .accumulate import sequence_program
 from .gemm import plan_gemm
 from .ir import Combine, Contract, Instr, Loop, LoweredProgram, Read, Result
 from .pairs import PairPlan, gather_rate, plan_pairs
@@ -429,4 +430,7 @@ def lower_schedule(sf: ScheduledForest) -> LoweredProgram:
             if c.is_leaf and c.node is not None and c.node.kind is NodeKind.LEAF
         )
     )
-    return LoweredProgram(tuple(body), tuple(results), keys)
+    lowered = LoweredProgram(tuple(body), tuple(results), keys)
+    if sf.annotated.plan.sums == "sequenced":
+        lowered = sequence_program(lowered)
+    return lowered

@@ -31,7 +31,18 @@ from ..schedule.ir import LoopId
 from .gemm import GemmPlan
 from .pairs import PairPlan
 
-__all__ = ["Combine", "Contract", "Instr", "Layout", "Loop", "LoweredProgram", "Read", "Result"]
+__all__ = [
+    "Accumulate",
+    "Combine",
+    "Contract",
+    "Instr",
+    "Layout",
+    "Loop",
+    "LoweredProgram",
+    "Read",
+    "Result",
+    "Term",
+]
 
 
 Layout = tuple[Union[LoopId, None], ...]  # noqa: UP007
@@ -202,7 +213,7 @@ class Loop:
         space, slot = self.loop
         out = [f"{pad}loop {space}#{slot} extent {self.extent} block {self.block} {self.kind}"]
         for ins in self.body:
-            out += ins.lines(indent + 1) if isinstance(ins, Loop) else [f"{pad}  {ins}"]
+            out += ins.lines(indent + 1) if hasattr(ins, "lines") else [f"{pad}  {ins}"]
         tail = []
         if self.sums:
             tail.append("sums " + ",".join(f"v{v}" for v, _ in self.sums))
@@ -215,7 +226,46 @@ class Loop:
         return out
 
 
-Instr = Union[Contract, Combine, Loop]  # noqa: UP007
+@dataclass(frozen=True, slots=True)
+class Term:
+    """One term of an :class:`Accumulate`: its own instructions, then ``coef * read``."""
+
+    body: tuple[Instr, ...]
+    """The instructions that make this term and nothing else (run in its turn)."""
+    read: Read
+    """The term's value (made by ``body``, or an earlier value or input)."""
+    perm: tuple[int, ...]
+    """The transpose that brings the term to the sum's stored mode order."""
+    coef: float
+
+
+@dataclass(frozen=True, slots=True)
+class Accumulate:
+    """A long SUM value run term by term (:mod:`sq_jax.lower.accumulate`).
+
+    ``acc = 0; for term in terms: run(term.body); acc += term.coef * T(term.read)``, one
+    term at a time (a ``lax.fori_loop`` over a ``lax.switch``), so only one term and its
+    intermediates are alive beside the accumulator.
+    """
+
+    value_id: int
+    terms: tuple[Term, ...]
+    dims: tuple[tuple[int, LoopId | None], ...]
+    axes: tuple[int, ...] = ()
+    """Per stored axis of the result, the position of its mode in the node's order."""
+
+    def lines(self, indent: int = 0) -> list[str]:
+        """The sum as indented text lines: each term's instructions, then the term."""
+        pad = "  " * indent
+        out = [f"{pad}v{self.value_id} = sequenced sum of {len(self.terms)} terms"]
+        for t in self.terms:
+            for ins in t.body:
+                out += ins.lines(indent + 2) if hasattr(ins, "lines") else [f"{pad}    {ins}"]
+            out.append(f"{pad}  += {t.coef:g}*{t.read}")
+        return out
+
+
+Instr = Union[Contract, Combine, Loop, Accumulate]  # noqa: UP007
 """One instruction of a body."""
 
 
@@ -255,6 +305,6 @@ class LoweredProgram:
     def __str__(self) -> str:
         lines: list[str] = []
         for ins in self.body:
-            lines += ins.lines() if isinstance(ins, Loop) else [str(ins)]
+            lines += ins.lines() if hasattr(ins, "lines") else [str(ins)]
         lines += [str(r) for r in self.results]
         return "\n".join(lines)

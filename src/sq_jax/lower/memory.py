@@ -63,7 +63,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..schedule.ir import LoopId
-from .ir import Combine, Contract, Instr, Loop, LoweredProgram, Read
+from .accumulate import reads_of
+from .ir import Accumulate, Combine, Contract, Instr, Loop, LoweredProgram, Read
 from .pairs import packed_share
 from .sums import ProductGroup, SumCut, plan_sums
 
@@ -185,6 +186,8 @@ def _reads(ins: Instr) -> set[int]:
         for sub in ins.body:
             out |= _reads(sub)
         return out
+    if isinstance(ins, Accumulate):
+        return reads_of(ins)
     return {r.value_id for r in ins.operands if r.input_key is None and r.scalar is None}
 
 
@@ -317,6 +320,8 @@ def _hoisted(lp: Loop, done: frozenset) -> dict[str, tuple[_CopyKey, Counter]]:
         if isinstance(ins, Loop):
             stack.extend(ins.body)
             continue
+        if isinstance(ins, Accumulate):
+            continue  # XLA does not move code out of a conditional's branches
         for key, read, size in _copies(ins):
             if key in done or key in seen or key[3] is not None:
                 continue
@@ -428,6 +433,8 @@ class _Walker:
             ]
             if isinstance(ins, Loop):
                 live.update(self.loop(ins, here, done))
+            elif isinstance(ins, Accumulate):
+                live[ins.value_id] = self.accumulate(ins, here, done)
             elif k in fused or k in plan.skip or k in placed.unmade:
                 live[ins.value_id] = (f"v{ins.value_id}", Counter())  # never materialised
             elif k in cuts:
@@ -473,6 +480,19 @@ class _Walker:
                         self.emit([*here, *copies, *new], f"{body[j]} (late, for {ins})")
             for v in [v for v in live if last.get(v, -1) <= k and v not in keep]:
                 del live[v]
+
+    def accumulate(self, ins: Accumulate, here: list[_Item], done: frozenset) -> _Item:
+        """Points of a sequenced sum: each term's body in turn, beside the accumulator."""
+        acc = (f"v{ins.value_id} (sequenced sum)", _size(ins.dims))
+        state = ("state of the sequenced sum", Counter({((), None): LOOP_STATE}))
+        for term in ins.terms:
+            computed = term.read.input_key is None and term.read.scalar is None
+            keep = {term.read.value_id} if computed else set()
+            if term.body:
+                self.body(term.body, [*here, acc, state], keep, done)
+            else:
+                self.emit([*here, acc, state], f"{ins.value_id} += {term.read}")
+        return acc
 
     def loop(self, lp: Loop, here: list[_Item], done: frozenset) -> dict[int, _Item]:
         """Points of a loop; returns the values it leaves behind with their sizes."""

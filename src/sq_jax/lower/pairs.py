@@ -659,6 +659,8 @@ def pair_shares(lowered: Any) -> dict[int, float]:
         body = getattr(ins, "body", None)
         if body is not None:  # a loop
             stack.extend(body)
+        elif hasattr(ins, "terms"):  # a sequenced sum
+            stack.extend(i for t in ins.terms for i in t.body)
         elif getattr(ins, "pairs", None) is not None:
             out[ins.value_id] = ins.pairs.fraction
     return out

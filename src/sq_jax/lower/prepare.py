@@ -39,7 +39,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from .execute import RunSettings, run_body
-from .ir import Combine, Instr, Loop, LoweredProgram, Read
+from .ir import Accumulate, Combine, Contract, Instr, Loop, LoweredProgram, Read
 from .pairs import PairPlan, ready_operand
 
 __all__ = ["Copy", "Prologue", "copy_key", "run_prologue", "split_prologue"]
@@ -131,7 +131,9 @@ def split_prologue(
 
     root: list[Instr] = []
     for ins in lowered.body:
-        if not isinstance(ins, Loop) and all(_fixed_read(rename(r), fixed) for r in ins.operands):
+        if isinstance(ins, Combine | Contract) and all(
+            _fixed_read(rename(r), fixed) for r in ins.operands
+        ):
             values.append(ins)
             renamed[ins.value_id] = key = f"{VALUE_PREFIX}{ins.value_id}"
             fixed.add(key)
@@ -143,6 +145,12 @@ def split_prologue(
     def rewrite(ins: Instr) -> Instr:
         if isinstance(ins, Loop):
             return replace(ins, body=tuple(rewrite(i) for i in ins.body))
+        if isinstance(ins, Accumulate):
+            terms = (
+                replace(t, body=tuple(rewrite(i) for i in t.body), read=rename(t.read))
+                for t in ins.terms
+            )
+            return replace(ins, terms=tuple(terms))
         ops = tuple(rename(r) for r in ins.operands)
         if isinstance(ins, Combine):
             return replace(ins, operands=ops)

@@ -76,7 +76,7 @@ from .._errors import PlanError
 from ..schedule import ScheduledForest
 from ..schedule.peak import PeakCell, PeakSchedule, dag_path, peak_profile_sweep
 from .execute import RunSettings, block_shape, merge_batches, read_operand, run_body
-from .ir import Combine, Instr, Loop, LoweredProgram, Read
+from .ir import Accumulate, Combine, Instr, Loop, LoweredProgram, Read
 
 __all__ = [
     "ShardPlan",
@@ -243,7 +243,13 @@ def sharded_inputs(lowered: LoweredProgram, num_devices: int) -> tuple[ShardedIn
                 else:
                     visit(ins.body, root, {**nested, ins.loop: ins})
                 continue
-            for r in ins.operands:
+            if isinstance(ins, Accumulate):
+                for t in ins.terms:
+                    visit(t.body, root, nested)
+                reads: Sequence[Read] = [t.read for t in ins.terms]
+            else:
+                reads = ins.operands
+            for r in reads:
                 if r.input_key is None or r.generated:  # Δ is built, never held split
                     continue
                 where.setdefault(r.input_key, []).append(_split_options(r, root, nested))
@@ -315,6 +321,10 @@ def _reads(body: Sequence[Instr]) -> Iterator[Read]:
     for ins in body:
         if isinstance(ins, Loop):
             yield from _reads(ins.body)
+        elif isinstance(ins, Accumulate):
+            for t in ins.terms:
+                yield from _reads(t.body)
+                yield t.read
         else:
             yield from ins.operands
 

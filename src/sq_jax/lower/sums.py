@@ -46,7 +46,8 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from .ir import Combine, Contract, Instr, Loop, Read
+from .accumulate import reads_of
+from .ir import Accumulate, Combine, Contract, Instr, Loop, Read
 
 __all__ = ["GROUP_MIN", "SUM_PIECE", "ProductGroup", "SumCut", "SumPlan", "SumTerm", "plan_sums"]
 
@@ -130,6 +131,8 @@ def _reads(ins: Instr) -> list[int]:
     """Computed values an instruction reads, once per read (a loop: its whole body)."""
     if isinstance(ins, Loop):
         return [v for sub in ins.body for v in _reads(sub)]
+    if isinstance(ins, Accumulate):
+        return sorted(reads_of(ins))
     return [r.value_id for r in ins.operands if r.input_key is None and r.scalar is None]
 
 

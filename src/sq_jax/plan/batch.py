@@ -142,6 +142,11 @@ class BatchPlan:
     reads under two labelings, ``Y`` and ``Y`` with two labels swapped, which each batch
     would otherwise build twice, once per slicing). Fewer FLOPs, more memory. See
     :mod:`sq_jax.schedule.loop_identity`."""
+    sums: str = "fused"
+    """How a long sum of computed terms runs: ``"fused"`` (every term made, then one
+    fused add: fastest, but all terms are alive together, the default) or
+    ``"sequenced"`` (term by term into one accumulator, each term's own intermediates
+    made in its turn: one term alive at a time). See :mod:`sq_jax.lower.accumulate`."""
 
     def __post_init__(self) -> None:
         keys = [s.space for s in self.spaces]
@@ -154,6 +159,8 @@ class BatchPlan:
             )
         if self.hoist not in ("none", "invariant", "all"):
             raise PlanError(f"hoist must be 'none', 'invariant' or 'all', got {self.hoist!r}.")
+        if self.sums not in ("fused", "sequenced"):
+            raise PlanError(f"sums must be 'fused' or 'sequenced', got {self.sums!r}.")
         if self.external_modes not in ("all", "first"):
             raise PlanError(
                 f"external_modes must be 'all' or 'first', got {self.external_modes!r}."
@@ -167,6 +174,7 @@ class BatchPlan:
         external_site: str = "root",
         external_modes: str = "all",
         hoist: str = "none",
+        sums: str = "fused",
     ) -> BatchPlan:
         """Build a plan from a mapping ``{space: n_batches | {batches|block, roles}}``.
 
@@ -220,7 +228,7 @@ class BatchPlan:
                 )
             else:
                 out.append(SpaceBatch(space, batches=spec))
-        return cls(tuple(out), external_site, external_modes, hoist)
+        return cls(tuple(out), external_site, external_modes, hoist, sums)
 
     def resolved(self, spaces: Spaces, used: Iterable[str] | None = None) -> BatchPlan:
         """This plan with every space key replaced by its canonical key in ``spaces``.
@@ -291,7 +299,7 @@ class BatchPlan:
             raise PlanError(f"batch plan: {problems[0]}")
         if problems:
             raise PlanError("batch plan:\n- " + "\n- ".join(problems))
-        return BatchPlan(tuple(out), self.external_site, self.external_modes, self.hoist)
+        return replace(self, spaces=tuple(out))
 
     def batch_for(self, space: str) -> SpaceBatch | None:
         """The entry for ``space``, or ``None`` if it is not batched."""
@@ -315,6 +323,8 @@ class BatchPlan:
             parts.append("one external loop per space")
         if self.hoist != "none":
             parts.append(f"hoist {self.hoist}")
+        if self.sums != "fused":
+            parts.append(f"{self.sums} sums")
         return "BatchPlan(" + "; ".join(parts) + ")"
 
 

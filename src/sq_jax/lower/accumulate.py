@@ -1,0 +1,269 @@
+"""Sequenced sums: a long sum run term by term, each term's intermediates in its turn.
+
+The lowered program writes a sum of ``n`` computed terms as a chain of ``Combine`` adds.
+XLA fuses the chain into one elementwise kernel that reads every term at once, and its
+scheduler makes all the terms first: they are all alive together (CCSD's ``R2``: 11-21
+buffers of ``o²v²`` at the binding point, 3/4 of the unbatched program's memory). Neither
+``lax.optimization_barrier`` (the CPU pipeline drops it before fusion) nor data
+dependencies between the adds change that: only a control-flow boundary does.
+
+:func:`sequence_sums` rewrites each chain of at least :data:`MIN_TERMS` terms into one
+:class:`~sq_jax.lower.ir.Accumulate`: a ``lax.fori_loop`` over the terms whose body is a
+``lax.switch``, each branch making one term *and the intermediates only that term
+reads* (moved out of the enclosing body into the branch) and adding it into the
+accumulator. One term and its intermediates are then alive at a time beside the
+accumulator; values several terms read are made before, as they were. A plan asks for
+it with ``BatchPlan(sums="sequenced")``; the memory-budget planner
+(:mod:`sq_jax.budget`) chooses it where it fits a budget the fused sums do not.
+
+The price: the adds are no longer one fused pass (one pass per term instead), and a
+reverse-mode derivative carries the cotangents of everything the branches read through
+the loop (measured: a 10-term chain's gradient held 28 buffers against 10 fused).
+
+Example:
+    >>> from sq_jax.lower.ir import Combine, Contract, Read
+    >>> dims = ((3, None),)
+    >>> def product(v, x):
+    ...     return Contract(v, "ab,b->a", (Read(0, x), Read(0, "t")), dims)
+    >>> def add(v, a, b):
+    ...     return Combine(v, (1.0, 1.0), ((0,), (0,)), (Read(a), Read(b)), dims)
+    >>> body = (product(1, "f"), product(2, "g"), add(3, 1, 2), product(4, "h"), add(5, 3, 4))
+    >>> (acc,) = sequence_sums(body, {5})
+    >>> [len(t.body) for t in acc.terms], acc.value_id
+    ([1, 1, 1], 5)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import replace
+
+from .ir import Accumulate, Combine, Instr, Loop, LoweredProgram, Read, Term
+
+__all__ = ["MIN_TERMS", "produced", "reads_of", "sequence_program", "sequence_sums"]
+
+MIN_TERMS = 3
+"""Chains of fewer terms stay fused: two terms are alive together either way (and so
+are chains with fewer than two computed terms: inputs are alive anyway)."""
+
+
+def produced(ins: Instr) -> tuple[int, ...]:
+    """The values an instruction leaves in its body (a loop: its escapes).
+
+    Example:
+        >>> from sq_jax.lower.ir import Contract
+        >>> produced(Contract(7, "a,a->a", (Read(0, "x"), Read(0, "y")), ((2, None),)))
+        (7,)
+    """
+    if isinstance(ins, Loop):
+        return (
+            *(v for v, _ in ins.sums),
+            *(v for v, _, _ in ins.scatters),
+            *(v for v, _ in ins.carries),
+        )
+    return (ins.value_id,)
+
+
+def _computed(read: Read) -> bool:
+    return read.input_key is None and read.scalar is None
+
+
+def reads_of(ins: Instr) -> set[int]:
+    """Computed values ``ins`` reads from its surroundings.
+
+    Nested bodies are included, less what they make themselves.
+
+    Example:
+        >>> from sq_jax.lower.ir import Contract
+        >>> sorted(reads_of(Contract(2, "a,a->a", (Read(0), Read(1, "x")), ((2, None),))))
+        [0]
+    """
+    if isinstance(ins, Loop):
+        return _body_reads(ins.body)
+    if isinstance(ins, Accumulate):
+        out: set[int] = set()
+        for t in ins.terms:
+            inner = _body_reads(t.body)
+            if _computed(t.read):
+                inner.add(t.read.value_id)
+            out |= inner - _made(t.body)
+        return out
+    return {r.value_id for r in ins.operands if _computed(r)}
+
+
+def _made(body: Sequence[Instr]) -> set[int]:
+    return {v for ins in body for v in produced(ins)}
+
+
+def _body_reads(body: Sequence[Instr]) -> set[int]:
+    out: set[int] = set()
+    for ins in body:
+        out |= reads_of(ins)
+    return out - _made(body)
+
+
+def _chains(body: Sequence[Instr], keep: Collection[int]) -> dict[int, tuple[list[Term], set[int]]]:
+    """Chain root position -> its terms (bodies empty) and the positions of its adds."""
+    at = {v: k for k, ins in enumerate(body) for v in produced(ins)}
+    uses: dict[int, int] = {}
+    for ins in body:
+        if isinstance(ins, Combine):  # a value read twice by one sum is used twice
+            for r in ins.operands:
+                if _computed(r):
+                    uses[r.value_id] = uses.get(r.value_id, 0) + 1
+        else:
+            for v in reads_of(ins):
+                uses[v] = uses.get(v, 0) + 1
+
+    def link(r: Read) -> bool:  # an add folded into the sum that reads it
+        k = at.get(r.value_id)
+        return (
+            _computed(r)
+            and not r.slices
+            and k is not None
+            and isinstance(body[k], Combine)
+            and uses.get(r.value_id) == 1
+            and r.value_id not in keep
+        )
+
+    linked = {
+        r.value_id for ins in body if isinstance(ins, Combine) for r in ins.operands if link(r)
+    }
+
+    def expand(k: int, perm: tuple[int, ...], coef: float, adds: set[int]) -> list[Term]:
+        ins = body[k]
+        assert isinstance(ins, Combine)
+        adds.add(k)
+        out: list[Term] = []
+        for r, p, c in zip(ins.operands, ins.perms, ins.coefs, strict=True):
+            # the sum's axis i is this value's axis perm[i], which is r's axis p[perm[i]]
+            composed = tuple(p[q] for q in perm)
+            if link(r):
+                out += expand(at[r.value_id], composed, coef * c, adds)
+            else:
+                out.append(Term((), r, composed, coef * c))
+        return out
+
+    chains = {}
+    for k, ins in enumerate(body):
+        if isinstance(ins, Combine) and ins.value_id not in linked:
+            adds: set[int] = set()
+            terms = expand(k, tuple(range(len(ins.dims))), 1.0, adds)
+            computed = sum(1 for t in terms if _computed(t.read))
+            if len(terms) >= MIN_TERMS and computed >= 2:  # inputs are alive anyway
+                chains[k] = (terms, adds)
+    return chains
+
+
+def _term_reads(term: Term) -> set[int]:
+    inner = _body_reads(term.body)
+    if _computed(term.read):
+        inner.add(term.read.value_id)
+    return inner - _made(term.body)
+
+
+def _owned(body: Sequence[Instr], k: int, keep: Collection[int]) -> list[list[int]]:
+    """Per term of the Accumulate at ``k``: positions of the instructions only it reads.
+
+    Each term counts as a reader of its own: a value two terms read stays outside.
+    """
+    acc = body[k]
+    assert isinstance(acc, Accumulate)
+    at = {v: j for j, ins in enumerate(body) for v in produced(ins)}
+    readers: dict[int, set[object]] = {}
+    for j, ins in enumerate(body):
+        if j != k:
+            for v in reads_of(ins):
+                readers.setdefault(v, set()).add(j)
+    for n, t in enumerate(acc.terms):
+        for v in _term_reads(t):
+            readers.setdefault(v, set()).add(("term", n))
+    taken: set[int] = set()
+    out = []
+    for n, t in enumerate(acc.terms):
+        start = at.get(t.read.value_id) if _computed(t.read) else None
+        me: set[object] = {("term", n)}
+        if start is None or start in taken:
+            out.append([])
+            continue
+        outs = produced(body[start])
+        if any(v in keep or not readers.get(v, set()) <= me for v in outs):
+            out.append([])  # read elsewhere too (a loop's other escapes included)
+            continue
+        mine = {start}
+        grew = True
+        while grew:
+            grew = False
+            for j in sorted({at[v] for i in mine for v in reads_of(body[i]) if v in at}):
+                if j in mine or j in taken or j == k:
+                    continue
+                outs = produced(body[j])
+                if any(v in keep for v in outs):
+                    continue
+                if all(readers.get(v, set()) <= (mine | me) for v in outs):
+                    mine.add(j)
+                    grew = True
+        taken |= mine
+        out.append(sorted(mine))
+    return out
+
+
+def sequence_sums(body: Sequence[Instr], keep: Collection[int]) -> tuple[Instr, ...]:
+    """``body`` with each long chain of adds run as an :class:`Accumulate` (recursively).
+
+    ``keep``: values read after the body (results, loop escapes): never folded away.
+    """
+    body = [
+        replace(ins, body=sequence_sums(ins.body, {*produced(ins)}))
+        if isinstance(ins, Loop)
+        else ins
+        for ins in body
+    ]
+    chains = _chains(body, keep)
+    if not chains:
+        return tuple(body)
+    # first every chain becomes one Accumulate at its root, its adds gone; then, in body
+    # order (inner sums first), each term takes the instructions only it reads: a sum
+    # that only one term reads moves into that term whole
+    adds = {k for _, links in chains.values() for k in links}
+    work: list[Instr] = []
+    for k, ins in enumerate(body):
+        if k in chains:
+            assert isinstance(ins, Combine)
+            work.append(Accumulate(ins.value_id, tuple(chains[k][0]), ins.dims, ins.axes))
+        elif k not in adds:
+            work.append(ins)
+    for value in [ins.value_id for ins in work if isinstance(ins, Accumulate)]:
+        k = next(j for j, ins in enumerate(work) if value in produced(ins))
+        acc = work[k]
+        assert isinstance(acc, Accumulate)
+        owned = _owned(work, k, keep)
+        moved = {j for own in owned for j in own}
+        terms = tuple(
+            replace(t, body=tuple(work[j] for j in own))
+            for t, own in zip(acc.terms, owned, strict=True)
+        )
+        work[k] = replace(acc, terms=terms)
+        work = [ins for j, ins in enumerate(work) if j not in moved]
+    return tuple(work)
+
+
+def sequence_program(lowered: LoweredProgram) -> LoweredProgram:
+    """:func:`sequence_sums` over a whole program (the results' values are kept).
+
+    Example:
+        >>> import sq_jax as sq
+        >>> text = "R{a1;i1} = f{a1;a2} t{a2;i1} + g{i2;i1} t{a1;i2} + h{a1;i2} u{i2;i1}"
+        >>> prog = sq.compile(text, sq.Spaces(i=2, a=3), batch=sq.BatchPlan(sums="sequenced"))
+        >>> print(prog.lowered)
+        v9 = sequenced sum of 3 terms
+            v2 = gemm(ab,bc->ac) f{a;a} t{a;i}
+          += 1*v2
+            v4 = gemm(ab,ca->cb) g{i;i} t{a;i}
+          += 1*v4
+            v8 = gemm(ab,bc->ac) h{a;i} u{i;i}
+          += 1*v8
+        result R = v9
+    """
+    keep = {r.read.value_id for r in lowered.results if _computed(r.read)}
+    return replace(lowered, body=sequence_sums(lowered.body, keep))
