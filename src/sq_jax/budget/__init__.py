@@ -54,8 +54,10 @@ External loops open at the roots, or at the reads of the values a permuted sum r
 (``external_site="root"``, :mod:`sq_jax.plan.annotate`), one loop per batched result
 index. The variants of :data:`~sq_jax.budget.search.EXTENDED_PHASES` follow (turned
 off by ``extended=False``), each searched only when nothing found before costs at most
-:data:`~sq_jax.budget.search.EXTENDED_GATE` times the unbatched program: operands
-hoisted out of loops (``BatchPlan.hoist``) and one external loop per space
+:data:`~sq_jax.budget.search.EXTENDED_GATE` times the unbatched program: sums run
+term by term (``BatchPlan.sums="sequenced"``, :mod:`sq_jax.lower.accumulate`; the
+unbatched program first, which costs no FLOP), then with operands hoisted out of loops
+(``BatchPlan.hoist``) and one external loop per space
 (``BatchPlan.external_modes="first"``). The lowered-memory model is less exact on these
 plans (one loop per space over-predicted by 1.1-1.4x on CCSD, one hoisted plan measured
 1.25x its prediction); ``sq.compile`` holds every budgeted program to XLA's own figures
