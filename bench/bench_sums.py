@@ -24,13 +24,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 import sq_jax as sq
 from sq_jax.budget import required_bytes
 from sq_jax.cc.equations import load_equations
-from sq_jax.forest.inputs import block_key
-from sq_jax.forest.symmetry import value_symmetries
+from sq_jax.forest.symmetry import symmetric_random_inputs
 from sq_jax.plan import BatchPlan
 
 try:
@@ -55,23 +52,6 @@ PLANS: dict[str, dict[str, Any]] = {
 }
 
 
-def symmetric_blocks(forest: sq.Forest, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random input blocks with exactly the symmetries their leaves declare."""
-    syms = value_symmetries(forest)
-    rng = np.random.default_rng(seed)
-    out: dict[str, np.ndarray] = {}
-    for leaf in forest.leaves():
-        key = block_key(leaf.tensor)
-        if key in out:
-            continue
-        shape = tuple(forest.spaces.extent(ix.space) for ix in leaf.tensor.indices)
-        x = 0.1 * rng.standard_normal(shape)
-        group = syms[leaf.key]
-        # y[k_0, k_1, ...] = x[k_p0, k_p1, ...] for each symmetry p of the group
-        out[key] = sum(s * np.transpose(x, np.argsort(p)) for p, s in group) / len(group)
-    return out
-
-
 def run(nocc: int, nvirt: int, reps: int) -> list[dict[str, Any]]:
     text, spaces = load_equations("ccsd_so"), sq.Spaces(i=nocc, a=nvirt)
     rows, calls, x = [], {}, None
@@ -81,7 +61,7 @@ def run(nocc: int, nvirt: int, reps: int) -> list[dict[str, Any]]:
             plan = BatchPlan.of(spec["batch"], sums=sums, **options)
             prog = sq.compile(text, spaces, pair_symmetry=True, batch=plan)
             if x is None:
-                x = symmetric_blocks(prog.schedule.annotated.forest)
+                x = symmetric_random_inputs(prog.schedule.annotated.forest, scale=0.1)
             compiled = prog.compiled(x)
             stats = compiled.memory_analysis()
             xla = stats.temp_size_in_bytes + stats.output_size_in_bytes
