@@ -110,7 +110,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--nocc", type=int, default=10)
     parser.add_argument("--nvirt", type=int, default=38)
     parser.add_argument("--reps", type=int, default=9)
-    parser.add_argument("--out", type=Path, default=None, help="write OUT.md and OUT.json")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="write the table and the rows to OUT with the suffixes .md and .json",
+    )
     args = parser.parse_args(argv)
     rows = run(args.nocc, args.nvirt, args.reps)
     md = (
