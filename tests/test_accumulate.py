@@ -18,7 +18,7 @@ import sq_jax as sq
 from sq_jax import PlanError
 from sq_jax.budget import plan_for_budget, required_bytes
 from sq_jax.cc.equations import load_equations
-from sq_jax.lower.ir import Accumulate
+from sq_jax.lower.ir import Accumulate, Loop
 from sq_jax.plan import BatchPlan
 from sq_jax.schedule import schedule_forest
 from tests.helpers.corpus import COMBINED, SPACES
@@ -133,3 +133,25 @@ def test_prepared_and_one_device_mesh_programs_run_sequenced_sums():
     _close(prepared({k: v for k, v in x.items() if k not in fixed}), want)
     mesh = sq.compile(text, spaces, pair_symmetry=True, batch=plan, devices=jax.devices()[:1])
     _close(mesh(x), want)
+
+
+def test_loops_inside_terms_are_listed_and_run():
+    """``lowered.loops()`` reaches the loops a term's branch runs (the memory model
+    reads every batched space's block size from them)."""
+    text, spaces = load_equations("ccsd_so"), CC["ccsd_so"]
+    plan = BatchPlan.of({"i": {"batches": 2, "roles": "contracted"}}, sums="sequenced")
+    seq = sq.compile(text, spaces, pair_symmetry=True, batch=plan)
+    top = [ins for ins in seq.lowered.body if isinstance(ins, Loop)]
+    inside = [
+        ins
+        for acc in seq.lowered.body
+        if isinstance(acc, Accumulate)
+        for term in acc.terms
+        for ins in term.body
+        if isinstance(ins, Loop)
+    ]
+    assert inside and len(seq.lowered.loops()) >= len(top) + len(inside)
+    assert {lp.loop[0] for lp in seq.lowered.loops()} == {"i"}
+    fused = sq.compile(text, spaces, pair_symmetry=True)
+    x = symmetric_inputs(fused.schedule.annotated.forest, seed=2)
+    _close(seq(x), fused(x))

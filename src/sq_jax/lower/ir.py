@@ -293,13 +293,19 @@ class LoweredProgram:
     """Block keys (and variable names) the program reads."""
 
     def loops(self) -> tuple[Loop, ...]:
-        """Every loop instruction, pre-order."""
+        """Every loop instruction, pre-order (those in a sequenced sum's terms included)."""
         out: list[Loop] = []
-        stack = [i for i in reversed(self.body) if isinstance(i, Loop)]
-        while stack:
-            lp = stack.pop()
-            out.append(lp)
-            stack.extend(i for i in reversed(lp.body) if isinstance(i, Loop))
+
+        def visit(body: Sequence[Instr]) -> None:
+            for ins in body:
+                if isinstance(ins, Loop):
+                    out.append(ins)
+                    visit(ins.body)
+                elif isinstance(ins, Accumulate):
+                    for term in ins.terms:
+                        visit(term.body)
+
+        visit(self.body)
         return tuple(out)
 
     def __str__(self) -> str:
