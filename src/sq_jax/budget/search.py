@@ -53,11 +53,11 @@ EXTENDED_PHASES = (
 """``(BatchPlan.external_modes, BatchPlan.hoist, BatchPlan.sums)`` of the extended
 search, in order: sums run term by term hold one term at a time instead of all of them
 (the unbatched program itself may fit that way: no extra FLOPs; batched, they needed
-0.70-0.98x the memory of fused sums at the same FLOPs, spin-orbital CCSD at i=10, a=38,
-so the later variants keep them); hoisting
-loop-invariant operands never adds FLOPs and costs memory; one loop per space trades
-larger batches against no rebuild per batch of a second loop of the space; hoisting the
-values read under two labelings removes the last duplicates at the largest memory."""
+0.74-1.0x the memory of fused sums at the same FLOPs, spin-orbital CCSD at i=10, a=38,
+``bench/bench_sums.py``, so the later variants keep them); hoisting loop-invariant
+operands never adds FLOPs and costs memory; one loop per space trades larger batches
+against no rebuild per batch of a second loop of the space; hoisting the values read
+under two labelings removes the last duplicates at the largest memory."""
 
 
 STEP_COST = {"cpu": 1e5}

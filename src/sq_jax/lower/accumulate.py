@@ -212,6 +212,19 @@ def sequence_sums(body: Sequence[Instr], keep: Collection[int]) -> tuple[Instr, 
     """``body`` with each long chain of adds run as an :class:`Accumulate` (recursively).
 
     ``keep``: values read after the body (results, loop escapes): never folded away.
+
+    Example:
+        >>> from sq_jax.lower.ir import Combine, Contract, Read
+        >>> dims = ((3, None),)
+        >>> shared = Contract(1, "ab,b->a", (Read(0, "f"), Read(0, "t")), dims)
+        >>> def term(v):  # reads the shared value: it stays outside the sum
+        ...     return Contract(v, "a,a->a", (Read(1), Read(0, "u")), dims)
+        >>> def add(v, a, b):
+        ...     return Combine(v, (1.0, 1.0), ((0,), (0,)), (Read(a), Read(b)), dims)
+        >>> body = (shared, term(2), term(3), add(4, 2, 3), term(5), add(6, 4, 5))
+        >>> first, acc = sequence_sums(body, {6})
+        >>> first.value_id, [[i.value_id for i in t.body] for t in acc.terms]
+        (1, [[2], [3], [5]])
     """
     body = [
         replace(ins, body=sequence_sums(ins.body, {*produced(ins)}))
