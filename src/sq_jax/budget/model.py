@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..lower.instructions import lower_schedule
+from ..lower.ir import LoweredProgram
 from ..lower.memory import memory_model
 from ..plan.batch import BatchPlan, SpaceBatch
 from ..schedule import ScheduledForest
@@ -34,6 +35,9 @@ __all__ = [
     "Configuration",
     "SearchPoint",
     "budget_model",
+    "cost_polynomials",
+    "evaluate",
+    "schedule_model",
     "step_terms",
 ]
 
@@ -125,25 +129,15 @@ class BudgetModel:
 
     def flops(self, counts: Sequence[int]) -> int:
         """The schedule's FLOPs at these batch counts (recomputation included)."""
-        return _evaluate(self.flop_polynomial, counts)
+        return evaluate(self.flop_polynomial, counts)
 
     def steps(self, counts: Sequence[int]) -> int:
         """Build steps and loop iterations the program executes at these batch counts."""
-        return _evaluate(self.step_polynomial, counts)
+        return evaluate(self.step_polynomial, counts)
 
     def cost(self, counts: Sequence[int], step_cost: float) -> float:
         """The search's objective: FLOPs plus ``step_cost`` FLOPs per executed step."""
         return self.flops(counts) + step_cost * self.steps(counts)
-
-
-def _evaluate(polynomial: Sequence[tuple[tuple[int, ...], int]], counts: Sequence[int]) -> int:
-    total = 0
-    for exps, coef in polynomial:
-        term = coef
-        for n, k in zip(counts, exps, strict=True):
-            term *= n**k
-        total += term
-    return total
 
 
 def step_terms(sf: ScheduledForest, spaces: Sequence[str]) -> dict[tuple[int, ...], int]:
@@ -170,20 +164,62 @@ def step_terms(sf: ScheduledForest, spaces: Sequence[str]) -> dict[tuple[int, ..
     return poly
 
 
-def budget_model(sf: ScheduledForest, config: Configuration) -> BudgetModel:
-    """The memory and FLOPs of ``config`` as functions of its batch counts.
+Polynomial = tuple[tuple[tuple[int, ...], int], ...]
+"""``((exponent per batched space, coefficient), ...)``: a function of the batch counts."""
 
-    ``sf`` is the forest scheduled under ``config`` with any counts (the structure does
-    not depend on them).
+
+def cost_polynomials(sf: ScheduledForest, spaces: Sequence[str]) -> tuple[Polynomial, Polynomial]:
+    """The FLOPs and the executed steps of ``sf`` as polynomials in the counts of ``spaces``.
+
+    Read from the schedule alone (no lowering): the search prices a configuration with
+    them before it pays for :func:`budget_model`'s memory model.
 
     Example:
         >>> import sq_jax as sq
         >>> from sq_jax.schedule import schedule_forest
         >>> forest = sq.build_forest(sq.parse("E = f{i1;a1} t{a1;i1}"), sq.Spaces(i=2, a=4))
         >>> cfg = Configuration((("a", False, True),), rank=0)
-        >>> model = budget_model(schedule_forest(forest, cfg.plan([2])), cfg)
-        >>> model.flops([2]), model.flops([4])
-        (16, 16)
+        >>> cost_polynomials(schedule_forest(forest, cfg.plan([2])), ("a",))
+        ((((0,), 16),), (((0,), 0), ((1,), 1)))
+    """
+    poly: dict[tuple[int, ...], int] = {}
+    for term in flop_terms(sf):
+        exps = tuple(term.recompute.count(s) for s in spaces)
+        poly[exps] = poly.get(exps, 0) + term.flops
+    return tuple(sorted(poly.items())), tuple(sorted(step_terms(sf, spaces).items()))
+
+
+def evaluate(polynomial: Polynomial, counts: Sequence[int]) -> int:
+    """``polynomial`` (:data:`Polynomial`) at these batch counts.
+
+    Example:
+        >>> evaluate((((0,), 16), ((1,), 3)), [4])
+        28
+    """
+    total = 0
+    for exps, coef in polynomial:
+        term = coef
+        for n, k in zip(counts, exps, strict=True):
+            term *= n**k
+        total += term
+    return total
+
+
+def schedule_model(sf: ScheduledForest, config: Configuration) -> BudgetModel:
+    """What the schedule alone says of ``config``: its static peak, FLOPs and steps.
+
+    Its :meth:`BudgetModel.xla_peak` is 0 (nothing is lowered), so its
+    :meth:`BudgetModel.peak` is a lower bound of the full model's (:func:`budget_model`):
+    the search drops a configuration on this before it pays for the lowering.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> from sq_jax.schedule import schedule_forest
+        >>> forest = sq.build_forest(sq.parse("E = f{i1;a1} t{a1;i1}"), sq.Spaces(i=2, a=4))
+        >>> cfg = Configuration((("a", False, True),), rank=0)
+        >>> model = schedule_model(schedule_forest(forest, cfg.plan([2])), cfg)
+        >>> model.flops([2]), model.xla_peak([2])
+        (16, 0)
     """
     spaces = config.spaces
     extents: dict[str, int] = {}
@@ -208,26 +244,59 @@ def budget_model(sf: ScheduledForest, config: Configuration) -> BudgetModel:
         delta[cell.last_use + 1] -= coef
     keys = sorted(sigs)
     live = np.array([np.cumsum(sigs[k])[:npoints] for k in keys], dtype=np.int64)
-    poly: dict[tuple[int, ...], int] = {}
-    for term in flop_terms(sf):
-        exps = tuple(term.recompute.count(s) for s in spaces)
-        poly[exps] = poly.get(exps, 0) + term.flops
-    monos, coefs = memory_model(lower_schedule(sf)).totals()
-    xla_exps = np.zeros((len(monos), len(spaces)), dtype=np.int64)
-    for g, (powers, _) in enumerate(monos):
-        for space, k in powers:
-            xla_exps[g, where[space]] = k
+    flops, steps = cost_polynomials(sf, spaces)
     return BudgetModel(
         config,
         np.array(keys, dtype=np.int64).reshape(len(keys), len(spaces)),
         live.reshape(len(keys), npoints),
-        tuple(sorted(poly.items())),
+        flops,
         sum(1 for blk, _ in sf.ordered.walk() if not blk.is_root),
-        xla_exps,
-        np.array([where.get(c, -1) if c is not None else -1 for _, c in monos], dtype=np.int64),
-        np.array(coefs, dtype=np.int64).reshape(len(monos), -1),
+        np.zeros((0, len(spaces)), dtype=np.int64),
+        np.zeros(0, dtype=np.int64),
+        np.zeros((0, 0), dtype=np.int64),
         tuple(extent(s) for s in spaces),
-        tuple(sorted(step_terms(sf, spaces).items())),
+        steps,
+    )
+
+
+def budget_model(
+    sf: ScheduledForest,
+    config: Configuration,
+    lowered: LoweredProgram | None = None,
+    *,
+    scheduled: BudgetModel | None = None,
+) -> BudgetModel:
+    """The memory and FLOPs of ``config`` as functions of its batch counts.
+
+    ``sf`` is the forest scheduled under ``config`` with any counts (the structure does
+    not depend on them); ``lowered`` its instruction tree and ``scheduled`` its
+    :func:`schedule_model` when the caller has them (default: made here).
+
+    Example:
+        >>> import sq_jax as sq
+        >>> from sq_jax.schedule import schedule_forest
+        >>> forest = sq.build_forest(sq.parse("E = f{i1;a1} t{a1;i1}"), sq.Spaces(i=2, a=4))
+        >>> cfg = Configuration((("a", False, True),), rank=0)
+        >>> model = budget_model(schedule_forest(forest, cfg.plan([2])), cfg)
+        >>> model.flops([2]), model.flops([4])
+        (16, 16)
+    """
+    base = scheduled if scheduled is not None else schedule_model(sf, config)
+    where = {s: k for k, s in enumerate(config.spaces)}
+    if lowered is None:
+        lowered = lower_schedule(sf)
+    monos, coefs = memory_model(lowered).totals()
+    xla_exps = np.zeros((len(monos), len(where)), dtype=np.int64)
+    for g, (powers, _) in enumerate(monos):
+        for space, k in powers:
+            xla_exps[g, where[space]] = k
+    return replace(
+        base,
+        xla_exponents=xla_exps,
+        xla_uneven=np.array(
+            [where.get(c, -1) if c is not None else -1 for _, c in monos], dtype=np.int64
+        ),
+        xla_live=np.array(coefs, dtype=np.int64).reshape(len(monos), -1),
     )
 
 

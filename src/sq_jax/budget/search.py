@@ -17,12 +17,23 @@ from dataclasses import replace
 from .._errors import PlanError, ScheduleError, SqJaxError
 from .._units import ACCEPTED_SIZES, parse_bytes
 from ..forest.nodes import Forest
+from ..lower.accumulate import sequence_program
+from ..lower.instructions import lower_schedule
+from ..lower.ir import LoweredProgram
 from ..plan.annotate import permuted_summands
 from ..plan.batch import BatchPlan
 from ..schedule import ScheduledForest, schedule_forest
 from ..schedule.cost import schedule_flops
 from .explain import infeasible_error, required_bytes, with_counts
-from .model import ROLES, BudgetModel, Configuration, SearchPoint, budget_model, step_terms
+from .model import (
+    ROLES,
+    BudgetModel,
+    Configuration,
+    SearchPoint,
+    budget_model,
+    schedule_model,
+    step_terms,
+)
 
 __all__ = ["default_step_cost", "plan_for_budget"]
 
@@ -154,6 +165,21 @@ def _batchable_spaces(forest: Forest, allowed: Iterable[str] | None) -> tuple[st
 # -- the search ------------------------------------------------------------------------
 
 
+def _lower_bound(
+    model: BudgetModel, ladders: Sequence[Sequence[tuple[int, int]]], step_cost: float
+) -> tuple:
+    """A key no plan of ``model``'s configuration beats: its fewest batches.
+
+    FLOPs and steps only grow with the counts. Read from :func:`schedule_model`: the
+    lowering and memory model cost as much planner time as the schedule, and a
+    configuration whose cheapest counts already lose is never lowered.
+    """
+    counts = [lad[0][0] for lad in ladders]
+    f = model.flops(counts)
+    cfg = model.config
+    return (f + step_cost * model.steps(counts), f, cfg.flags, model.loops, sum(counts), cfg.rank)
+
+
 def _search(
     model: BudgetModel,
     ladders: Sequence[Sequence[tuple[int, int]]],
@@ -280,6 +306,7 @@ def plan_for_budget(
     floor: tuple[SearchPoint, ScheduledForest] | None = None  # the smallest peak seen
     scheduled: dict[Configuration, ScheduledForest] = {}
     schedules: dict[BatchPlan, ScheduledForest | None] = {}
+    lowered: dict[BatchPlan, LoweredProgram] = {}  # per fused plan
     # External loops open at the reads of a permuted sum's values first (Y built once
     # per batch), one loop per batched result index, nothing hoisted. With `extended`,
     # the variants of EXTENDED_PHASES follow, each searched only when nothing found so
@@ -330,11 +357,25 @@ def plan_for_budget(
                     ),
                 )
             scheduled[cfg] = sf
-            model = budget_model(sf, cfg)
             lad = [ladders[s] for s in cfg.spaces]
+            cheap = schedule_model(sf, cfg)
+            if best is not None and _lower_bound(cheap, lad, step_cost) >= best.key:
+                continue  # it cannot win
+            combos = list(itertools.product(*lad))
+            low = min(cheap.static_peak([b for _, b in combo]) for combo in combos)
+            if low > limit and (
+                best is not None
+                or (floor is not None and (low, cfg.rank) >= (floor[0].peak, floor[0].config.rank))
+            ):
+                continue  # nothing fits, nor does it lower the floor of the error message
+            if fused not in lowered:
+                lowered[fused] = lower_schedule(schedules[fused])
+            tree = lowered[fused]  # sequencing rewrites the fused tree (lower/accumulate.py)
+            if plan.sums != "fused":
+                tree = sequence_program(tree)
+            model = budget_model(sf, cfg, tree, scheduled=cheap)
             low, counts = min(
-                (model.peak([b for _, b in combo]), tuple(n for n, _ in combo))
-                for combo in itertools.product(*lad)
+                (model.peak([b for _, b in combo]), tuple(n for n, _ in combo)) for combo in combos
             )
             if best is None and (
                 floor is None or (low, cfg.rank) < (floor[0].peak, floor[0].config.rank)
