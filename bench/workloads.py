@@ -27,9 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import sq_jax as sq
+from sq_jax.cc.drivers import integral_labels
 from sq_jax.cc.equations import load_equations
 from sq_jax.cc.integrals import SpatialIntegrals, SpinOrbitalIntegrals
-from sq_jax.expr.nodes import Tensor, walk
 from sq_jax.forest.inputs import block_key, input_specs
 
 H2O = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"
@@ -217,14 +217,8 @@ def block_inputs(program: sq.Program, ints: Any) -> dict[str, Any]:
 def as_solved(text: str, spaces: sq.Spaces) -> dict[str, Any]:
     """The options ``cc.ccsd`` compiles a large residual with (no memory budget, from
     ``PREPARE_MIN_FLOPS`` up): the declared symmetries trusted, every input but ``t`` fixed."""
-    labels = {
-        x.label
-        for eq in sq.parse(text, spaces=spaces)
-        for x in walk(eq.rhs)
-        if isinstance(x, Tensor)
-    }
-    names = {eq.name for eq in sq.parse(text, spaces=spaces)}
-    return {"pair_symmetry": True, "fixed_inputs": sorted(labels - names - {"t"})}
+    fixed = integral_labels(sq.parse(text, spaces=spaces))
+    return {"pair_symmetry": True, "fixed_inputs": fixed}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,6 +15,7 @@ from sq_jax.budget import required_bytes
 from sq_jax.cc import dry_run
 from sq_jax.cc.cli import main
 from sq_jax.cc.df import df_integrals
+from sq_jax.cc.drivers import PREPARE_MIN_FLOPS, prepared_inputs
 from sq_jax.cc.equations import load_equations
 from sq_jax.cc.forecast import measure_gemm_rate
 from sq_jax.cc.xyz import molecule_geometry
@@ -98,6 +99,26 @@ def test_unbatched_flops_are_the_packed_programs_not_the_forests():
     ]
     assert report.flops_per_iteration == residual.flops + energy.flops
     assert report.flops_per_iteration < sum(f.flops for f in forests)
+
+
+def test_a_large_run_is_priced_as_the_solve_prepares_it():
+    # From PREPARE_MIN_FLOPS up a solve binds the integrals once (fixed_inputs): packing
+    # them is then free, so the prepared program is what an iteration runs
+    spaces = sq.Spaces(i=12, a=80)
+    eqs = sq.parse(load_equations("ccsd_cs"), spaces=spaces)
+    residual, energy = _programs("ccsd_cs", spaces)
+    assert residual.flops >= PREPARE_MIN_FLOPS
+    fixed = prepared_inputs(residual, eqs)
+    assert fixed == ["f", "g"]
+    prepared = sq.compile(
+        [e for e in eqs if e.name != "E"], spaces, pair_symmetry=True, fixed_inputs=fixed
+    )
+    report = dry_run(nocc=12, nvirt=80, closed_shell=True, gemm_rate=1e9)
+    assert report.flops_per_iteration == prepared.flops + energy.flops
+    assert report.flops_per_iteration < residual.flops + energy.flops
+    assert report.memory_bytes == prepared.memory_bytes
+    # under a budget nothing is prepared (held copies would be memory it did not plan)
+    assert prepared_inputs(residual, eqs, memory_budget="1 GiB") == []
 
 
 def test_time_estimate_is_flops_over_the_injected_rate():

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax.numpy as jnp
@@ -25,7 +25,7 @@ import numpy as np
 from .._errors import InputError
 from .._pipeline import compile as compile_program
 from ..derive import cc_equations, model_ranks
-from ..expr.nodes import Tensor, walk
+from ..expr.nodes import Equation, Tensor, walk
 from ..expr.spaces import Spaces
 from ..forest.inputs import input_specs
 from ..lower.program import Program
@@ -353,6 +353,50 @@ H2O/cc-pVDZ (7.9e8 FLOPs, 25 ms) and (H2O)2/cc-pVDZ (4.1e10 FLOPs, 1.1 s): a sol
 solves took 0.1-1.2 s longer in all when prepared.)"""
 
 
+def prepared_inputs(
+    residual: Program,
+    equations: Sequence[Equation],
+    residual_of: Mapping[str, str] = _RESIDUAL_OF,
+    memory_budget: int | str | None = None,
+) -> list[str]:
+    """The labels a solve binds once (:meth:`~sq_jax.Program.prepare`): its integrals.
+
+    Every tensor the residual equations read but the amplitudes (``residual_of``'s
+    values) and the equations' own results, when the solve prepares ``residual``: no
+    memory budget and at least :data:`PREPARE_MIN_FLOPS` per call. Otherwise none.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> spaces = sq.Spaces(i=2, a=3)
+        >>> eqs = sq.parse("R1{a1;i1} = f{a1;i1} + g{i2,a1;a2,i1} t{a2;i2}")
+        >>> prepared_inputs(sq.compile(eqs, spaces), eqs)  # too small to be worth it
+        []
+        >>> prepared_inputs(dataclasses.replace(sq.compile(eqs, spaces), flops=10**10), eqs)
+        ['f', 'g']
+    """
+    if memory_budget is not None or residual.flops < PREPARE_MIN_FLOPS:
+        return []
+    return integral_labels(equations, residual_of)
+
+
+def integral_labels(
+    equations: Sequence[Equation], residual_of: Mapping[str, str] = _RESIDUAL_OF
+) -> list[str]:
+    """Labels the residual equations read that are neither amplitudes nor results.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> eqs = sq.parse("R1{a1;i1} = f{a1;i1} + g{i2,a1;a2,i1} t{a2;i2}")
+        >>> integral_labels(eqs)
+        ['f', 'g']
+    """
+    computed = {key.split("{")[0] for key in residual_of.values()}
+    computed |= {eq.name for eq in equations}
+    residual_eqs = [eq for eq in equations if eq.name in residual_of]
+    labels = {x.label for eq in residual_eqs for x in walk(eq.rhs) if isinstance(x, Tensor)}
+    return sorted(labels - computed)
+
+
 def _compile(
     text: str, spaces: Spaces, residual_of: Mapping[str, str], settings: _Settings
 ) -> _Compiled:
@@ -370,12 +414,9 @@ def _compile(
     # (their copies and packs) is made once, before the iterations, and packing them is
     # then free. Under a budget nothing is prepared: held copies would be memory it did
     # not plan for; below PREPARE_MIN_FLOPS the prologue costs more than a solve saves.
-    prepare = settings.memory_budget is None and residual.flops >= PREPARE_MIN_FLOPS
+    fixed = prepared_inputs(residual, equations, residual_of, settings.memory_budget)
+    prepare = bool(fixed)
     if prepare:
-        computed = {key.split("{")[0] for key in residual_of.values()}
-        computed |= {eq.name for eq in equations}
-        labels = {x.label for eq in residual_eqs for x in walk(eq.rhs) if isinstance(x, Tensor)}
-        fixed = sorted(labels - computed)
         residual = compile_program(residual_eqs, spaces, **options, fixed_inputs=fixed)
     keys = [residual_of[eq.name] for eq in residual_eqs]
     energy = compile_program(energy_eqs, spaces)

@@ -38,6 +38,7 @@ from ..forest.inputs import input_specs
 from ..lower.program import Program
 from ..plan.batch import BatchPlan
 from .antisymmetrizer import parse_cc_equations
+from .drivers import prepared_inputs
 from .equations import available, load_equations
 
 __all__ = ["DryRunReport", "dry_run", "measure_gemm_rate"]
@@ -374,8 +375,9 @@ def dry_run(
         program = compile_program(residual_eqs, spaces, batch=batch, pair_symmetry=True)
     elif budget is not None:  # the planner's choice, by the model (compile() would also
         # hold it to XLA's figures, which needs an XLA compile: a dry run compiles nothing)
-        try:
-            plan = plan_for_budget(build_forest(residual_eqs, spaces), budget)
+        try:  # on the forest compile() plans on: the declared symmetries trusted
+            forest = dataclasses.replace(build_forest(residual_eqs, spaces), pair_symmetry=True)
+            plan = plan_for_budget(forest, budget)
             program = compile_program(residual_eqs, spaces, batch=plan, pair_symmetry=True)
         except MemoryBudgetError as err:
             message = str(err)
@@ -388,6 +390,14 @@ def dry_run(
             )
     else:
         program = unbatched
+    # a solve without a budget binds the integrals once from PREPARE_MIN_FLOPS up: packing
+    # them is then free (drivers.prepared_inputs), and the dry run prices what runs
+    fixed = prepared_inputs(program, equations, memory_budget=budget)
+    if fixed:
+        plan = program.schedule.annotated.plan
+        program = compile_program(
+            residual_eqs, spaces, batch=plan, pair_symmetry=True, fixed_inputs=fixed
+        )
     need = required_bytes(program.schedule)
     return DryRunReport(
         system=label or system,
