@@ -301,6 +301,13 @@ def test_one_device_mesh_equals_plain_program():
         assert prog.mesh is not None and prog.mesh.size == 1
         assert _max_rel(prog(x), want) <= RTOL
         assert "shard_map" in str(prog.make_jaxpr(x))
+        # prepared on a mesh: the whole program runs per call, also through .jitted
+        step = prog.prepare({"f": x["f"]})
+        t = {"t{a;i}": x["t{a;i}"]}
+        assert _max_rel(step(t), want) <= RTOL
+        assert _max_rel(step.jitted(step.fixed, step.prepared, t), want) <= RTOL
+        grad = jax.grad(lambda t, step=step: step(t)["E"])(t)["t{a;i}"]
+        assert np.allclose(grad, x["f"][:2, 2:].T, rtol=1e-12)
 
 
 def test_split_inputs_are_the_blocks_only_batches_read():

@@ -202,8 +202,9 @@ class Program(eqx.Module):
 
         forest = self.schedule.annotated.forest
         checked = _check_inputs(fixed)
-        if self.mesh is not None:
-            return PreparedProgram(self, None, checked, {}, AotJit(lambda *a: None), 0)
+        if self.mesh is not None:  # one call runs the program whole, placed on its mesh
+            whole = AotJit(partial(_evaluate_whole, self))
+            return PreparedProgram(self, None, checked, {}, whole, self.memory_bytes)
         blocks = bind_inputs(forest, checked, xp=jnp, partial=True)
         prologue, rest = split_prologue(self.lowered, set(blocks))
         prepared = AotJit(partial(run_prologue, prologue))(blocks) if prologue.keys else {}
@@ -350,6 +351,13 @@ class PreparedProgram(eqx.Module):
         if self.rest is None:
             return self.program.compiled({**self.fixed, **inputs})
         return self.aot.compiled(self.fixed, self.prepared, _check_inputs(inputs))
+
+
+def _evaluate_whole(
+    program: Program, fixed: dict[str, Any], _prepared: dict[str, Any], inputs: dict[str, Any]
+) -> dict[str, Any]:
+    """One call of a program over a mesh with its bound inputs (nothing prepared)."""
+    return program({**fixed, **inputs})
 
 
 def _check_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
