@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from .._errors import PlanError, ScheduleError, SqJaxError
 from .._units import ACCEPTED_SIZES, parse_bytes
@@ -35,7 +35,7 @@ from .model import (
     step_terms,
 )
 
-__all__ = ["default_step_cost", "plan_for_budget"]
+__all__ = ["PlanCache", "default_step_cost", "plan_for_budget"]
 
 
 def _ladder(extent: int, max_batches: int | None) -> tuple[tuple[int, int], ...]:
@@ -94,9 +94,60 @@ def default_step_cost() -> float:
     return STEP_COST.get(jax.default_backend(), STEP_COST_ACCELERATOR)
 
 
-def _unbatched_steps(forest: Forest) -> int:
+@dataclass
+class PlanCache:
+    """What :func:`plan_for_budget` learns about one forest, kept for its next call.
+
+    A configuration's schedule, lowering and models do not depend on the budget, so a
+    second call (:func:`~sq_jax.budget.fit_to_budget` planning again for a tighter
+    budget after XLA measured the first plan) only searches the counts again. Given
+    another forest, the cache starts over.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> forest = sq.build_forest(sq.parse("E = g{i1,i2;a1,a2} t{a1;i1} t{a2;i2}"),
+        ...                          sq.Spaces(i=40, a=80))
+        >>> cache = PlanCache()
+        >>> [str(plan_for_budget(forest, b, cache=cache)) for b in ("900 kB", "300 kB")]
+        ['BatchPlan(a: 12 batches [contracted])', 'BatchPlan(i: 20 batches [contracted])']
+        >>> len(cache.models) > 0
+        True
+    """
+
+    forest: Forest | None = None
+    schedules: dict[BatchPlan, ScheduledForest | None] = field(default_factory=dict)
+    """Per fused plan (the sums change the lowering only); ``None``: inexpressible."""
+    lowered: dict[BatchPlan, LoweredProgram] = field(default_factory=dict)
+    """Per fused plan, its instruction tree."""
+    cheap: dict[Configuration, BudgetModel] = field(default_factory=dict)
+    """Per configuration, :func:`~sq_jax.budget.model.schedule_model`."""
+    models: dict[Configuration, BudgetModel] = field(default_factory=dict)
+    """Per configuration, :func:`~sq_jax.budget.model.budget_model`."""
+
+    def using(self, forest: Forest) -> PlanCache:
+        """This cache, emptied first when it was filled for another forest."""
+        if self.forest is not forest:
+            self.forest = forest
+            self.schedules.clear()
+            self.lowered.clear()
+            self.cheap.clear()
+            self.models.clear()
+        return self
+
+    def schedule(self, forest: Forest, plan: BatchPlan) -> ScheduledForest | None:
+        """The schedule of ``plan`` (fused sums), ``None`` when it cannot be expressed."""
+        if plan not in self.schedules:
+            try:
+                self.schedules[plan] = schedule_forest(forest, plan)
+            except ScheduleError:
+                self.schedules[plan] = None
+        return self.schedules[plan]
+
+
+def _unbatched_steps(forest: Forest, cache: PlanCache) -> int:
     """The build steps of the unbatched program: one per computed value."""
-    sf = schedule_forest(forest, BatchPlan())
+    sf = cache.schedule(forest, BatchPlan())
+    assert sf is not None  # the empty plan always schedules
     return sum(step_terms(sf, ()).values())
 
 
@@ -231,6 +282,7 @@ def plan_for_budget(
     max_batches: int | None = None,
     extended: bool = True,
     step_cost: float | None = None,
+    cache: PlanCache | None = None,
 ) -> BatchPlan:
     """The cheapest batch plan whose memory fits ``budget``.
 
@@ -256,6 +308,8 @@ def plan_for_budget(
             (:func:`~sq_jax.budget.fit_to_budget`).
         step_cost: FLOPs charged per executed step (default :func:`default_step_cost`
             for the default JAX backend); 0 minimises FLOPs alone.
+        cache: a :class:`PlanCache` to reuse across calls on one forest (default: a
+            new one).
 
     Returns:
         The plan (``BatchPlan()`` when nothing needs batching), deterministic.
@@ -301,12 +355,11 @@ def plan_for_budget(
     ladders = {s: _ladder(extent(s), max_batches) for s in spaces}
     spaces = tuple(s for s in spaces if ladders[s])
     f0 = forest.flops
-    c0 = f0 + step_cost * _unbatched_steps(forest)
+    cache = (PlanCache() if cache is None else cache).using(forest)
+    c0 = f0 + step_cost * _unbatched_steps(forest, cache)
     best: SearchPoint | None = None
     floor: tuple[SearchPoint, ScheduledForest] | None = None  # the smallest peak seen
     scheduled: dict[Configuration, ScheduledForest] = {}
-    schedules: dict[BatchPlan, ScheduledForest | None] = {}
-    lowered: dict[BatchPlan, LoweredProgram] = {}  # per fused plan
     # External loops open at the reads of a permuted sum's values first (Y built once
     # per batch), one loop per batched result index, nothing hoisted. With `extended`,
     # the variants of EXTENDED_PHASES follow, each searched only when nothing found so
@@ -341,14 +394,9 @@ def plan_for_budget(
             level = cfg.flags
             plan = cfg.plan([2] * len(cfg.spaces))  # the structure does not need the counts
             fused = replace(plan, sums="fused")  # the sums change the lowering, not the schedule
-            if fused not in schedules:
-                try:
-                    schedules[fused] = schedule_forest(forest, fused)
-                except ScheduleError:
-                    schedules[fused] = None
-            if schedules[fused] is None:
+            sf = cache.schedule(forest, fused)
+            if sf is None:
                 continue  # this configuration cannot be expressed: leave it out
-            sf = schedules[fused]
             if plan.sums != "fused":
                 sf = replace(
                     sf,
@@ -358,7 +406,9 @@ def plan_for_budget(
                 )
             scheduled[cfg] = sf
             lad = [ladders[s] for s in cfg.spaces]
-            cheap = schedule_model(sf, cfg)
+            if cfg not in cache.cheap:
+                cache.cheap[cfg] = schedule_model(sf, cfg)
+            cheap = cache.cheap[cfg]
             if best is not None and _lower_bound(cheap, lad, step_cost) >= best.key:
                 continue  # it cannot win
             combos = list(itertools.product(*lad))
@@ -368,12 +418,14 @@ def plan_for_budget(
                 or (floor is not None and (low, cfg.rank) >= (floor[0].peak, floor[0].config.rank))
             ):
                 continue  # nothing fits, nor does it lower the floor of the error message
-            if fused not in lowered:
-                lowered[fused] = lower_schedule(schedules[fused])
-            tree = lowered[fused]  # sequencing rewrites the fused tree (lower/accumulate.py)
-            if plan.sums != "fused":
-                tree = sequence_program(tree)
-            model = budget_model(sf, cfg, tree, scheduled=cheap)
+            if cfg not in cache.models:
+                if fused not in cache.lowered:
+                    cache.lowered[fused] = lower_schedule(cache.schedules[fused])
+                tree = cache.lowered[fused]  # sequencing rewrites it (lower/accumulate.py)
+                if plan.sums != "fused":
+                    tree = sequence_program(tree)
+                cache.models[cfg] = budget_model(sf, cfg, tree, scheduled=cheap)
+            model = cache.models[cfg]
             low, counts = min(
                 (model.peak([b for _, b in combo]), tuple(n for n, _ in combo)) for combo in combos
             )

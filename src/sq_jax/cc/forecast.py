@@ -373,8 +373,9 @@ def dry_run(
     smallest, message = None, ""
     if batch is not None:  # the given plan; a budget is only checked
         program = compile_program(residual_eqs, spaces, batch=batch, pair_symmetry=True)
-    elif budget is not None:  # the planner's choice, by the model (compile() would also
-        # hold it to XLA's figures, which needs an XLA compile: a dry run compiles nothing)
+    elif budget is not None:  # the planner's choice, by the model with its headroom: a run
+        # first tries a cheaper plan the model fits without it, kept when XLA's figures
+        # confirm it (budget.fit_to_budget); that needs an XLA compile, a dry run has none
         try:  # on the forest compile() plans on: the declared symmetries trusted
             forest = dataclasses.replace(build_forest(residual_eqs, spaces), pair_symmetry=True)
             plan = plan_for_budget(forest, budget)
