@@ -58,10 +58,11 @@ off by ``extended=False``), each searched only when nothing found before costs a
 term by term (``BatchPlan.sums="sequenced"``, :mod:`sq_jax.lower.accumulate`; the
 unbatched program first, which costs no FLOP), then with operands hoisted out of loops
 (``BatchPlan.hoist``) and one external loop per space
-(``BatchPlan.external_modes="first"``). The lowered-memory model is less exact on these
-plans (one loop per space over-predicted by 1.1-1.4x on CCSD, one hoisted plan measured
-1.25x its prediction); ``sq.compile`` holds every budgeted program to XLA's own figures
-(:func:`~sq_jax.budget.fit_to_budget`). Each phase schedules every role choice again
+(``BatchPlan.external_modes="first"``). The lowered-memory model is less exact on some
+of these plans (external loops at the terms: 0.83-1.14x XLA's figure on CCSD; external
+loops at the roots with hoisted operands: 0.94-1.07x); ``sq.compile`` holds every
+budgeted program to XLA's own figures (:func:`~sq_jax.budget.fit_to_budget`), and
+tries first the plan the model fits without :data:`XLA_HEADROOM`. Each phase schedules every role choice again
 (planner time). Loops at the roots themselves (``"top"``: lower memory floor, more
 FLOPs) are searched last, when nothing costs below twice the unbatched program.
 
