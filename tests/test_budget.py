@@ -500,3 +500,43 @@ def test_fit_to_budget_plans_tighter_while_xla_measures_over(monkeypatch):
 def _build_program(forest, plan):
     scheduled = schedule_forest(forest, plan)
     return make_program(scheduled, lower_schedule(scheduled))
+
+
+def test_fit_to_budget_first_tries_the_plan_without_headroom(monkeypatch):
+    # the model fits `a` in 34 batches without its headroom, 50 with it; XLA confirms the
+    # first (one XLA compile), and it is what the program runs
+    text = "R{a1;i1} = g{a1,a2;i1,i2} t{a2;i2}"
+    forest = sq.build_forest(sq.parse(text), sq.Spaces(i=20, a=100))
+    budget = 1 << 20
+    real, seen = verify.xla_bytes, []
+
+    def spy(program):
+        seen.append(program.schedule.annotated.plan)
+        return real(program)
+
+    monkeypatch.setattr(verify, "xla_bytes", spy)
+    prog = verify.fit_to_budget(forest, budget, partial(_build_program, forest))
+    relaxed = plan_for_budget(forest, math.floor(budget * XLA_HEADROOM))
+    usual = plan_for_budget(forest, budget)
+    assert relaxed.spaces[0].batches < usual.spaces[0].batches
+    assert seen == [relaxed] and prog.schedule.annotated.plan == relaxed
+    assert real(prog) <= budget < math.ceil(prog.memory_bytes * XLA_HEADROOM)
+
+
+def test_a_plan_cache_reuses_schedules_across_budgets(ccd, monkeypatch):
+    calls = []
+    real = search.schedule_forest
+
+    def counting(forest, plan):
+        calls.append(plan)
+        return real(forest, plan)
+
+    monkeypatch.setattr(search, "schedule_forest", counting)
+    need = required_bytes(schedule_forest(ccd, BatchPlan()))
+    cache = search.PlanCache()
+    first = plan_for_budget(ccd, need // 3, cache=cache)
+    scheduled = len(calls)
+    assert plan_for_budget(ccd, need // 3, cache=cache) == first
+    assert len(calls) == scheduled  # nothing scheduled again
+    tighter = plan_for_budget(ccd, need // 4, cache=cache)
+    assert tighter == plan_for_budget(ccd, need // 4)  # the same plan as without a cache
