@@ -540,3 +540,15 @@ def test_a_plan_cache_reuses_schedules_across_budgets(ccd, monkeypatch):
     assert len(calls) == scheduled  # nothing scheduled again
     tighter = plan_for_budget(ccd, need // 4, cache=cache)
     assert tighter == plan_for_budget(ccd, need // 4)  # the same plan as without a cache
+
+
+def test_a_mesh_program_unchecked_by_xla_keeps_the_headroom():
+    # XLA's figures are not read on a mesh: the first try (no headroom) is skipped
+    import jax
+
+    text = "R{a1;i1} = g{a1,a2;i1,i2} t{a2;i2}"
+    spaces = sq.Spaces(i=20, a=100)
+    prog = sq.compile(text, spaces, memory_budget="1 MiB", devices=jax.devices()[:1])
+    forest = sq.build_forest(sq.parse(text), spaces)
+    assert prog.schedule.annotated.plan == plan_for_budget(forest, "1 MiB")
+    assert math.ceil(prog.memory_bytes * XLA_HEADROOM) <= 1 << 20

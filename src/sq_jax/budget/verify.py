@@ -115,7 +115,8 @@ def fit_to_budget(
     # quarter of its memory). Over the budget, the usual headroom, then tighter.
     targets = [math.floor(limit * XLA_HEADROOM), limit]
     tried: list[tuple[int, Program]] = []  # (XLA bytes, program) of every plan over it
-    plans: list[BatchPlan] = []
+    built: dict[BatchPlan, Program] = {}
+    over: set[BatchPlan] = set()
     target = limit
     cache = PlanCache()  # each new target only searches the counts again
     for attempt in range(MAX_ATTEMPTS):
@@ -131,16 +132,18 @@ def fit_to_budget(
             if not tried:
                 raise
             raise _over_budget(limit, tried, err) from err
-        if plan in plans:
-            continue  # measured already
-        plans.append(plan)
-        program = build(plan)
+        if plan in over:
+            continue  # measured over the budget already
+        if plan not in built:  # a mesh program's first try is built, never measured
+            built[plan] = build(plan)
+        program = built[plan]
         measured = None if program.mesh is not None else xla_bytes(program)
         if measured is None and attempt == 0:
             continue  # unchecked: only the model with its headroom is taken at its word
         if measured is None or measured <= limit:
             return program
         tried.append((measured, program))
+        over.add(plan)
     if not tried:  # only repeats of the plans measured: cannot happen after one build
         raise PlanError(f"internal: no plan was measured for memory_budget={limit}.")
     raise _over_budget(limit, tried, None)
