@@ -292,8 +292,12 @@ def _pair_buffers(ins: Contract) -> list[tuple[_CopyKey, Read, Counter]]:
         if plan.split is not None:  # its two parts
             share = 2 * packed_share(plan.split.packs)
         else:
-            share = packed_share([plan.fill.pack])
+            share = packed_share([f.pack for f in plan.fills])
         out.append((key, Read(ins.value_id), _scaled(_size(ins.dims), share)))
+        if len(plan.fills) == 2:  # unpacked one pair at a time: the product half unpacked
+            key = (ins.value_id, "half unpacked", (), ins.value_id)
+            half = packed_share([plan.fills[1].pack])
+            out.append((key, Read(ins.value_id), _scaled(_size(ins.dims), half)))
     return out
 
 
