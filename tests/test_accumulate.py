@@ -96,9 +96,31 @@ def test_sequenced_sums_hold_less_and_are_predicted():
         stats = prog.memory_analysis(x)
         xla[name] = stats.temp_size_in_bytes + stats.output_size_in_bytes
     assert _accumulates(seq) >= 2
-    assert xla["sequenced"] < 0.6 * xla["fused"]  # measured: 0.40 at i=10, a=38
+    # measured 0.66 here (fused sums run the antisymmetrizer's sum in sequence too)
+    assert xla["sequenced"] < 0.75 * xla["fused"]
     assert 0.85 <= seq.memory_bytes / xla["sequenced"] <= 1.15
     assert seq.flops == fused.flops
+
+
+def test_fused_sums_run_only_an_antisymmetrizer_in_sequence():
+    """Fused, XLA would recompute Y's terms for every layout Σ_π ±π(Y) reads it in (and
+    hold them all at once): that one sum runs term by term, the others stay fused."""
+    text, spaces = load_equations("ccsd_so"), sq.Spaces(i=6, a=16)
+    fused = sq.compile(text, spaces, pair_symmetry=True)
+    (acc,) = [ins for ins in fused.lowered.body if isinstance(ins, Accumulate)]
+    (r2,) = [r for r in fused.lowered.results if r.name == "R2"]
+    assert acc.value_id == r2.read.value_id
+    layouts: dict[int, set] = {}
+    for term in acc.terms:
+        layouts.setdefault(term.read.value_id, set()).add(term.perm)
+    assert max(len(p) for p in layouts.values()) == 4  # Y under P(i1 i2), P(a1 a2), both
+    assert all(not t.body for t in acc.terms)  # each Y is made (fused) before the sum
+    x = symmetric_inputs(fused.schedule.annotated.forest, seed=4)
+    stats = fused.memory_analysis(x)
+    assert 0.85 <= fused.memory_bytes / (stats.temp_size_in_bytes + stats.output_size_in_bytes)
+    assert fused.memory_bytes / (stats.temp_size_in_bytes + stats.output_size_in_bytes) <= 1.15
+    want = sq.evaluate_reference(sq.parse(text, spaces=spaces), spaces, x)
+    _close(fused(x), want)
 
 
 def test_planner_runs_the_sums_in_sequence_before_it_batches():

@@ -3,13 +3,15 @@
 An independent count of what :func:`sq_jax.schedule.cost.schedule_flops` computes on
 the block tree: here every ``Contract``/``Combine`` instruction is charged its
 opt_einsum FLOPs, times the batch count of every enclosing ``Loop`` that cuts none of
-its operands. The two walks share nothing but the per-contraction FLOP formula.
+its operands; a sequenced sum of ``n`` terms (``Accumulate``) is ``n - 1`` adds of its
+size, its terms' instructions charged as the others. The two walks share nothing but the
+per-contraction FLOP formula.
 """
 
 from __future__ import annotations
 
 from sq_jax.forest.cost import contraction_flops
-from sq_jax.lower.ir import Combine, Contract, Instr, Loop, LoweredProgram
+from sq_jax.lower.ir import Accumulate, Combine, Contract, Instr, Loop, LoweredProgram
 from sq_jax.schedule import ScheduledForest
 
 
@@ -30,6 +32,17 @@ def static_flops(sf: ScheduledForest, lowered: LoweredProgram) -> int:
         ins, loops = stack.pop()
         if isinstance(ins, Loop):
             stack.extend((i, (*loops, ins)) for i in ins.body)
+            continue
+        if isinstance(ins, Accumulate):
+            stack.extend((i, loops) for t in ins.terms for i in t.body)
+            adds = len(ins.terms) - 1
+            for extent, _ in ins.dims:
+                adds *= extent
+            cut = {lp for _, lp in ins.dims if lp is not None}
+            for lp in loops:
+                if lp.loop not in cut:
+                    adds *= lp.full_batches + (1 if lp.remainder else 0)
+            total += adds
             continue
         assert isinstance(ins, (Contract, Combine))
         first = cells[ins.value_id].occurrences[0]

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field, replace
 from .._errors import PlanError, ScheduleError, SqJaxError
 from .._units import ACCEPTED_SIZES, parse_bytes
 from ..forest.nodes import Forest
-from ..lower.accumulate import sequence_program
-from ..lower.instructions import lower_schedule
+from ..lower.instructions import lower_schedule, sequence_sums_of
 from ..lower.ir import LoweredProgram
 from ..plan.annotate import permuted_summands
 from ..plan.batch import BatchPlan
@@ -118,7 +117,7 @@ class PlanCache:
     schedules: dict[BatchPlan, ScheduledForest | None] = field(default_factory=dict)
     """Per fused plan (the sums change the lowering only); ``None``: inexpressible."""
     lowered: dict[BatchPlan, LoweredProgram] = field(default_factory=dict)
-    """Per fused plan, its instruction tree."""
+    """Per fused plan, its instruction tree with every sum a chain of adds."""
     cheap: dict[Configuration, BudgetModel] = field(default_factory=dict)
     """Per configuration, :func:`~sq_jax.budget.model.schedule_model`."""
     models: dict[Configuration, BudgetModel] = field(default_factory=dict)
@@ -420,10 +419,9 @@ def plan_for_budget(
                 continue  # nothing fits, nor does it lower the floor of the error message
             if cfg not in cache.models:
                 if fused not in cache.lowered:
-                    cache.lowered[fused] = lower_schedule(cache.schedules[fused])
-                tree = cache.lowered[fused]  # sequencing rewrites it (lower/accumulate.py)
-                if plan.sums != "fused":
-                    tree = sequence_program(tree)
+                    cache.lowered[fused] = lower_schedule(cache.schedules[fused], sequence=False)
+                # sequencing rewrites it (lower/accumulate.py)
+                tree = sequence_sums_of(cache.lowered[fused], plan.sums)
                 cache.models[cfg] = budget_model(sf, cfg, tree, scheduled=cheap)
             model = cache.models[cfg]
             low, counts = min(

@@ -102,8 +102,22 @@ def _body_reads(body: Sequence[Instr]) -> set[int]:
     return out - _made(body)
 
 
-def _chains(body: Sequence[Instr], keep: Collection[int]) -> dict[int, tuple[list[Term], set[int]]]:
-    """Chain root position -> its terms (bodies empty) and the positions of its adds."""
+def _permuted(terms: Sequence[Term]) -> bool:
+    """Whether the terms read one computed value under two layouts (``Y`` and ``P(Y)``)."""
+    seen: dict[int, tuple[int, ...]] = {}
+    for t in terms:
+        if _computed(t.read) and seen.setdefault(t.read.value_id, t.perm) != t.perm:
+            return True
+    return False
+
+
+def _chains(
+    body: Sequence[Instr], keep: Collection[int], permuted: bool = False
+) -> dict[int, tuple[list[Term], set[int]]]:
+    """Chain root position -> its terms (bodies empty) and the positions of its adds.
+
+    ``permuted``: only the chains that read a value under two layouts.
+    """
     at = {v: k for k, ins in enumerate(body) for v in produced(ins)}
     uses: dict[int, int] = {}
     for ins in body:
@@ -151,7 +165,8 @@ def _chains(body: Sequence[Instr], keep: Collection[int]) -> dict[int, tuple[lis
             terms = expand(k, tuple(range(len(ins.dims))), 1.0, adds)
             computed = sum(1 for t in terms if _computed(t.read))
             if len(terms) >= MIN_TERMS and computed >= 2:  # inputs are alive anyway
-                chains[k] = (terms, adds)
+                if not permuted or _permuted(terms):
+                    chains[k] = (terms, adds)
     return chains
 
 
@@ -208,7 +223,9 @@ def _owned(body: Sequence[Instr], k: int, keep: Collection[int]) -> list[list[in
     return out
 
 
-def sequence_sums(body: Sequence[Instr], keep: Collection[int]) -> tuple[Instr, ...]:
+def sequence_sums(
+    body: Sequence[Instr], keep: Collection[int], permuted: bool = False
+) -> tuple[Instr, ...]:
     """``body`` with each long chain of adds run as an :class:`Accumulate` (recursively).
 
     ``keep``: values read after the body (results, loop escapes): never folded away.
@@ -227,12 +244,12 @@ def sequence_sums(body: Sequence[Instr], keep: Collection[int]) -> tuple[Instr, 
         (1, [[2], [3], [5]])
     """
     body = [
-        replace(ins, body=sequence_sums(ins.body, {*produced(ins)}))
+        replace(ins, body=sequence_sums(ins.body, {*produced(ins)}, permuted))
         if isinstance(ins, Loop)
         else ins
         for ins in body
     ]
-    chains = _chains(body, keep)
+    chains = _chains(body, keep, permuted)
     if not chains:
         return tuple(body)
     # first every chain becomes one Accumulate at its root, its adds gone; then, in body
@@ -261,7 +278,7 @@ def sequence_sums(body: Sequence[Instr], keep: Collection[int]) -> tuple[Instr, 
     return tuple(work)
 
 
-def sequence_program(lowered: LoweredProgram) -> LoweredProgram:
+def sequence_program(lowered: LoweredProgram, permuted: bool = False) -> LoweredProgram:
     """:func:`sequence_sums` over a whole program (the results' values are kept).
 
     Example:
@@ -279,4 +296,4 @@ def sequence_program(lowered: LoweredProgram) -> LoweredProgram:
         result R = v9
     """
     keep = {r.read.value_id for r in lowered.results if _computed(r.read)}
-    return replace(lowered, body=sequence_sums(lowered.body, keep))
+    return replace(lowered, body=sequence_sums(lowered.body, keep, permuted))

@@ -16,7 +16,9 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import operator
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +26,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.custom_derivatives import SymbolicZero
 
 from ..forest.denominators import build_denominator
 from ..forest.reference import scalar_value
@@ -261,6 +264,8 @@ def _accumulate(ins: Accumulate, env: Mapping[int, Any], ctx: Ctx, run: RunSetti
     One ``lax.switch`` branch per term, run in turn by a ``lax.fori_loop``: XLA cannot
     fuse the adds across the loop, so it makes one term at a time.
     """
+    if all(not t.body for t in ins.terms):
+        return _read_only_sum(ins, env, ctx, run)
 
     def branch(term: Term) -> Callable[[Any], Any]:
         def add(acc: Any) -> Any:
@@ -278,6 +283,49 @@ def _accumulate(ins: Accumulate, env: Mapping[int, Any], ctx: Ctx, run: RunSetti
     if run.vary is not None:
         acc = run.vary(acc)
     return lax.fori_loop(0, len(branches), lambda k, a: lax.switch(k, branches, a), acc)
+
+
+def _read_only_sum(ins: Accumulate, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> Any:
+    """A sequenced sum whose terms only read values made before it (``Σ_π ±π(Y)``).
+
+    The primal runs term by term, as :func:`_accumulate`; its derivative is the plain
+    sum of the permuted tangents (a custom JVP): differentiated through the loop, the
+    reverse pass would carry a cotangent of every value read through it (W4's
+    gradient with remat held 3.18 MiB against 2.70 fused).
+    """
+    keys = list(dict.fromkeys((t.read.value_id, t.read.input_key) for t in ins.terms))
+    where = [keys.index((t.read.value_id, t.read.input_key)) for t in ins.terms]
+    first = {
+        k: next(t.read for t in ins.terms if (t.read.value_id, t.read.input_key) == k) for k in keys
+    }
+    values = [run.read(first[k], env, ctx, run.blocks, run.dtype) for k in keys]
+
+    def term(k: int, x: Any) -> Any:
+        t = ins.terms[k]
+        x = x if t.perm == tuple(range(len(t.perm))) else jnp.transpose(x, t.perm)
+        return x if t.coef == 1.0 else t.coef * x
+
+    @jax.custom_jvp
+    def total(*xs: Any) -> Any:
+        branches = [(lambda acc, k=k: acc + term(k, xs[where[k]])) for k in range(len(ins.terms))]
+        acc = jnp.zeros(block_shape(ins.dims, ctx), run.dtype)
+        if run.vary is not None:
+            acc = run.vary(acc)
+        return lax.fori_loop(0, len(branches), lambda k, a: lax.switch(k, branches, a), acc)
+
+    def tangent(primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+        out = total(*primals)
+        parts = [
+            term(k, tangents[where[k]])
+            for k in range(len(ins.terms))
+            if not isinstance(tangents[where[k]], SymbolicZero)
+        ]
+        if not parts:
+            return out, jnp.zeros_like(out)
+        return out, functools.reduce(operator.add, parts)
+
+    total.defjvp(tangent, symbolic_zeros=True)
+    return total(*values)
 
 
 def _group_sum(group: ProductGroup, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> Any:

@@ -379,11 +379,14 @@ def _block_at(root: ScopeBlock, path: tuple[int, ...]) -> ScopeBlock:
     return root
 
 
-def lower_schedule(sf: ScheduledForest) -> LoweredProgram:
+def lower_schedule(sf: ScheduledForest, *, sequence: bool = True) -> LoweredProgram:
     """Lower a scheduled forest to its instruction tree (module docstring).
 
     Args:
         sf: every stage of the scheduler (:func:`sq_jax.schedule.schedule_forest`).
+        sequence: run the sums as the plan says (:func:`sequence_sums_of`); ``False``
+            leaves every sum a chain of adds (the budget search sequences one lowering
+            for both of a configuration's sum variants).
 
     Returns:
         The instruction tree; :func:`sq_jax.lower.interpret.run_lowered` runs it.
@@ -431,6 +434,17 @@ def lower_schedule(sf: ScheduledForest) -> LoweredProgram:
         )
     )
     lowered = LoweredProgram(tuple(body), tuple(results), keys)
-    if sf.annotated.plan.sums == "sequenced":
-        lowered = sequence_program(lowered)
-    return lowered
+    return sequence_sums_of(lowered, sf.annotated.plan.sums) if sequence else lowered
+
+
+def sequence_sums_of(lowered: LoweredProgram, sums: str) -> LoweredProgram:
+    """``lowered`` (its sums chains of adds) with its sums run as ``sums`` says.
+
+    ``"sequenced"``: every long sum term by term (:func:`sequence_program`).
+    ``"fused"``: only a sum that reads one value under several layouts
+    (``Σ_π ±π(Y)``, an antisymmetrizer): fused, XLA would recompute ``Y``'s terms
+    inside its kernel for every layout it reads, with all of them alive there.
+    Spin-orbital CCSD, H2O/cc-pVDZ: 37.6 -> 33.1 ms per prepared call, XLA's memory
+    26.7 -> 15.9 MiB.
+    """
+    return sequence_program(lowered, permuted=sums != "sequenced")
