@@ -25,7 +25,7 @@ from sq_jax.forest.factor import unfactored
 from sq_jax.forest.inputs import input_specs
 from sq_jax.forest.nodes import NodeKind
 from sq_jax.lower.instructions import lower_schedule
-from sq_jax.lower.ir import Combine, Loop
+from sq_jax.lower.ir import Accumulate, Combine, Loop
 from sq_jax.plan import BatchPlan
 from sq_jax.schedule import schedule_forest
 from sq_jax.schedule.cost import schedule_flops
@@ -57,16 +57,22 @@ def random_inputs(forest, seed=0):
 
 
 def combines(forest):
-    """(Combine instructions, those that transpose an operand) of the unbatched lowering."""
-    out, stack = [], list(lower_schedule(schedule_forest(forest, BatchPlan())).body)
+    """(adds, those that transpose an operand) of the unbatched lowering: its Combine
+    instructions, and the terms of its sequenced sums (n terms: n - 1 adds)."""
+    adds, moved = 0, 0
+    stack = list(lower_schedule(schedule_forest(forest, BatchPlan())).body)
     while stack:
         ins = stack.pop()
         if isinstance(ins, Loop):
             stack += ins.body
+        elif isinstance(ins, Accumulate):
+            stack += [i for t in ins.terms for i in t.body]
+            adds += len(ins.terms) - 1
+            moved += sum(t.perm != tuple(range(len(t.perm))) for t in ins.terms)
         elif isinstance(ins, Combine):
-            out.append(ins)
-    moved = [c for c in out if any(p != tuple(range(len(p))) for p in c.perms)]
-    return len(out), len(moved)
+            adds += 1
+            moved += any(p != tuple(range(len(p))) for p in ins.perms)
+    return adds, moved
 
 
 # -- CCSD: the transposed reads of R2 --------------------------------------------------------
