@@ -446,5 +446,18 @@ def sequence_sums_of(lowered: LoweredProgram, sums: str) -> LoweredProgram:
     inside its kernel for every layout it reads, with all of them alive there.
     Spin-orbital CCSD, H2O/cc-pVDZ: 37.6 -> 33.1 ms per prepared call, XLA's memory
     26.7 -> 15.9 MiB.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> from sq_jax.cc.equations import load_equations
+        >>> from sq_jax.lower.ir import Accumulate
+        >>> from sq_jax.plan import BatchPlan
+        >>> from sq_jax.schedule import schedule_forest
+        >>> forest = sq.build_forest(sq.parse(load_equations("ccd_so")), sq.Spaces(i=2, a=3))
+        >>> raw = lower_schedule(schedule_forest(forest, BatchPlan()), sequence=False)
+        >>> def sequenced(sums):  # how many sums run term by term
+        ...     return sum(isinstance(i, Accumulate) for i in sequence_sums_of(raw, sums).body)
+        >>> sequenced("fused"), sequenced("sequenced")  # R2's antisymmetrizer; every long sum
+        (1, 2)
     """
     return sequence_program(lowered, permuted=sums != "sequenced")
