@@ -272,9 +272,7 @@ def _accumulate(ins: Accumulate, env: Mapping[int, Any], ctx: Ctx, run: RunSetti
             local = dict(env)
             keep = (term.read.value_id,) if term.read.input_key is None else ()
             run_body(term.body, local, ctx, run, keep)
-            x = run.read(term.read, local, ctx, run.blocks, run.dtype)
-            x = x if term.perm == tuple(range(len(term.perm))) else jnp.transpose(x, term.perm)
-            return acc + (x if term.coef == 1.0 else term.coef * x)
+            return acc + _term_value(term, run.read(term.read, local, ctx, run.blocks, run.dtype))
 
         return add
 
@@ -283,6 +281,12 @@ def _accumulate(ins: Accumulate, env: Mapping[int, Any], ctx: Ctx, run: RunSetti
     if run.vary is not None:
         acc = run.vary(acc)
     return lax.fori_loop(0, len(branches), lambda k, a: lax.switch(k, branches, a), acc)
+
+
+def _term_value(term: Term, x: Any) -> Any:
+    """``term.coef * T(x)``: a sequenced sum's term, read, in the sum's mode order."""
+    x = x if term.perm == tuple(range(len(term.perm))) else jnp.transpose(x, term.perm)
+    return x if term.coef == 1.0 else term.coef * x
 
 
 def _read_only_sum(ins: Accumulate, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> Any:
@@ -300,9 +304,7 @@ def _read_only_sum(ins: Accumulate, env: Mapping[int, Any], ctx: Ctx, run: RunSe
     values = [run.read(r, env, ctx, run.blocks, run.dtype) for r in reads]
 
     def term(k: int, x: Any) -> Any:
-        t = ins.terms[k]
-        x = x if t.perm == tuple(range(len(t.perm))) else jnp.transpose(x, t.perm)
-        return x if t.coef == 1.0 else t.coef * x
+        return _term_value(ins.terms[k], x)
 
     @jax.custom_jvp
     def total(*xs: Any) -> Any:
