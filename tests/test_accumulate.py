@@ -104,23 +104,46 @@ def test_sequenced_sums_hold_less_and_are_predicted():
 
 def test_fused_sums_run_only_an_antisymmetrizer_in_sequence():
     """Fused, XLA would recompute Y's terms for every layout Σ_π ±π(Y) reads it in (and
-    hold them all at once): that one sum runs term by term, the others stay fused."""
+    hold them all at once): that one sum runs term by term, the others stay fused. It
+    runs as a chain, one part per Y, each part right after its Y and adding into the
+    previous part, so no two Ys need to be alive together."""
     text, spaces = load_equations("ccsd_so"), sq.Spaces(i=6, a=16)
     fused = sq.compile(text, spaces, pair_symmetry=True)
-    (acc,) = [ins for ins in fused.lowered.body if isinstance(ins, Accumulate)]
+    body = fused.lowered.body
+    parts = [(k, ins) for k, ins in enumerate(body) if isinstance(ins, Accumulate)]
     (r2,) = [r for r in fused.lowered.results if r.name == "R2"]
-    assert acc.value_id == r2.read.value_id
+    assert parts[-1][1].value_id == r2.read.value_id
+    assert len(parts) == 3  # Y1 (4 layouts), Y2 and Y3 (2 layouts each)
+    made_at = {ins.value_id: k for k, ins in enumerate(body)}
+    previous = None
     layouts: dict[int, set] = {}
-    for term in acc.terms:
-        layouts.setdefault(term.read.value_id, set()).add(term.perm)
-    assert max(len(p) for p in layouts.values()) == 4  # Y under P(i1 i2), P(a1 a2), both
-    assert all(not t.body for t in acc.terms)  # each Y is made (fused) before the sum
+    for k, acc in parts:
+        assert all(not t.body for t in acc.terms)  # each Y is made (fused) before its part
+        reads = [t.read.value_id for t in acc.terms]
+        if previous is not None:
+            assert reads[0] == previous and acc.terms[0].coef == 1.0  # the chain
+            reads = reads[1:]
+        (y,) = set(reads)  # one Y per part ...
+        assert made_at[y] == k - 1  # ... run right after it is made
+        layouts[y] = {t.perm for t in acc.terms[previous is not None :]}
+        previous = acc.value_id
+    assert sorted(len(p) for p in layouts.values()) == [2, 2, 4]  # P(i1 i2), P(a1 a2), both
     x = symmetric_inputs(fused.schedule.annotated.forest, seed=4)
     stats = fused.memory_analysis(x)
     assert 0.85 <= fused.memory_bytes / (stats.temp_size_in_bytes + stats.output_size_in_bytes)
     assert fused.memory_bytes / (stats.temp_size_in_bytes + stats.output_size_in_bytes) <= 1.15
     want = sq.evaluate_reference(sq.parse(text, spaces=spaces), spaces, x)
     _close(fused(x), want)
+    grads = jax.grad(lambda t: fused({**x, "t{a,a;i,i}": t})["R2"].sum() ** 2)
+    ref = jax.grad(
+        lambda t: (
+            sq.evaluate_reference_jax(
+                sq.parse(text, spaces=spaces), spaces, {**x, "t{a,a;i,i}": t}
+            )["R2"].sum()
+            ** 2
+        )
+    )
+    np.testing.assert_allclose(grads(x["t{a,a;i,i}"]), ref(x["t{a,a;i,i}"]), rtol=1e-10)
 
 
 def test_planner_runs_the_sums_in_sequence_before_it_batches():

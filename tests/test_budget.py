@@ -210,7 +210,9 @@ def test_budget_sweep_fits_shrinks_and_costs_more(ccsd, sweep):
         assert peak <= last_peak  # the memory shrinks with the budget
         assert flops >= last_flops  # a tighter budget never costs fewer FLOPs
         last_peak, last_flops = peak, flops
-    assert rows[-1][3] > ccsd.flops  # the tightest one recomputes
+    # just above the floor, the antisymmetrizer's chain (each Y added into R2 as it is
+    # made) leaves room for loops that recompute little: within 10% of the unbatched FLOPs
+    assert rows[-1][3] <= 1.10 * ccsd.flops
 
 
 def test_plan_is_optimal_among_neighbours(ccsd, sweep):

@@ -308,11 +308,16 @@ def _read_only_sum(ins: Accumulate, env: Mapping[int, Any], ctx: Ctx, run: RunSe
 
     @jax.custom_jvp
     def total(*xs: Any) -> Any:
+        # the first term starts the sum: a chain's previous part (read as is) then
+        # becomes the accumulator, with no zeros and no extra pass
         branches = [(lambda acc, k=k: acc + term(k, xs[where[k]])) for k in range(len(ins.terms))]
-        acc = jnp.zeros(block_shape(ins.dims, ctx), run.dtype)
+        acc = term(0, xs[where[0]])
         if run.vary is not None:
             acc = run.vary(acc)
-        return lax.fori_loop(0, len(branches), lambda k, a: lax.switch(k, branches, a), acc)
+        if len(branches) <= 2:  # a chain's first part may read one value once
+            return acc if len(branches) == 1 else branches[1](acc)
+        step = lambda k, a: lax.switch(k - 1, branches[1:], a)  # noqa: E731
+        return lax.fori_loop(1, len(branches), step, acc)
 
     def tangent(primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> tuple[Any, Any]:
         out = total(*primals)

@@ -445,7 +445,8 @@ def sequence_sums_of(lowered: LoweredProgram, sums: str) -> LoweredProgram:
     (``Σ_π ±π(Y)``, an antisymmetrizer): fused, XLA would recompute ``Y``'s terms
     inside its kernel for every layout it reads, with all of them alive there.
     Spin-orbital CCSD, H2O/cc-pVDZ: 37.6 -> 33.1 ms per prepared call, XLA's memory
-    26.7 -> 15.9 MiB.
+    26.7 -> 15.9 MiB. Below :data:`~sq_jax.lower.accumulate.MIN_PERMUTED_ELEMENTS`
+    elements such a sum stays fused too.
 
     Example:
         >>> import sq_jax as sq
@@ -453,11 +454,13 @@ def sequence_sums_of(lowered: LoweredProgram, sums: str) -> LoweredProgram:
         >>> from sq_jax.lower.ir import Accumulate
         >>> from sq_jax.plan import BatchPlan
         >>> from sq_jax.schedule import schedule_forest
-        >>> forest = sq.build_forest(sq.parse(load_equations("ccd_so")), sq.Spaces(i=2, a=3))
+        >>> forest = sq.build_forest(sq.parse(load_equations("ccd_so")), sq.Spaces(i=6, a=12))
         >>> raw = lower_schedule(schedule_forest(forest, BatchPlan()), sequence=False)
         >>> def sequenced(sums):  # how many sums run term by term
         ...     return sum(isinstance(i, Accumulate) for i in sequence_sums_of(raw, sums).body)
-        >>> sequenced("fused"), sequenced("sequenced")  # R2's antisymmetrizer; every long sum
-        (1, 2)
+        >>> # fused: R2's antisymmetrizer, as a chain of two sums (one per Y it reads);
+        >>> # sequenced: every long sum
+        >>> sequenced("fused"), sequenced("sequenced")
+        (2, 3)
     """
     return sequence_program(lowered, permuted=sums != "sequenced")
