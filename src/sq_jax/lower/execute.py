@@ -310,14 +310,13 @@ def _read_only_sum(ins: Accumulate, env: Mapping[int, Any], ctx: Ctx, run: RunSe
     def total(*xs: Any) -> Any:
         # the first term starts the sum: a chain's previous part (read as is) then
         # becomes the accumulator, with no zeros and no extra pass
-        branches = [(lambda acc, k=k: acc + term(k, xs[where[k]])) for k in range(len(ins.terms))]
+        rest = [(lambda acc, k=k: acc + term(k, xs[where[k]])) for k in range(1, len(ins.terms))]
         acc = term(0, xs[where[0]])
         if run.vary is not None:
             acc = run.vary(acc)
-        if len(branches) <= 2:  # a chain's first part may read one value once
-            return acc if len(branches) == 1 else branches[1](acc)
-        step = lambda k, a: lax.switch(k - 1, branches[1:], a)  # noqa: E731
-        return lax.fori_loop(1, len(branches), step, acc)
+        if len(rest) <= 1:  # a chain's first part may read one value once
+            return rest[0](acc) if rest else acc
+        return lax.fori_loop(0, len(rest), lambda k, a: lax.switch(k, rest, a), acc)
 
     def tangent(primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> tuple[Any, Any]:
         out = total(*primals)
