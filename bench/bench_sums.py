@@ -1,17 +1,21 @@
-"""Fused against sequenced sums: memory and time of spin-orbital CCSD under fixed plans.
+"""Two variants of each plan side by side: memory and time of spin-orbital CCSD.
 
-Each plan is compiled twice, with ``BatchPlan.sums`` ``"fused"`` (every term of a long
-sum made, then one fused add) and ``"sequenced"`` (term by term into one accumulator,
-:mod:`sq_jax.lower.accumulate`). Per plan it prints what a ``memory_budget`` must hold for
-it (``required_bytes``: the model with the planner's headroom), XLA's temporaries +
-outputs, the model's prediction over XLA's figure, the FLOPs and the median time per
-call (interleaved, inputs passed as blocks), all relative to the unbatched fused program.
+``--vary sums`` (the default): each plan is compiled twice, with ``BatchPlan.sums``
+``"fused"`` (every term of a long sum made, then one fused add) and ``"sequenced"`` (term
+by term into one accumulator, :mod:`sq_jax.lower.accumulate`). ``--vary copies``: with
+``BatchPlan.copies`` ``"per batch"`` and ``"hoisted"`` (whole inputs transposed once
+before the loops, :mod:`sq_jax.lower.copies`). Per plan it prints what a
+``memory_budget`` must hold for it (``required_bytes``: the model with the planner's
+headroom), XLA's temporaries + outputs, the model's prediction over XLA's figure, the
+FLOPs and the median time per call (interleaved, inputs passed as blocks), all
+relative to the unbatched program.
 
 Usage::
 
     .venv/bin/python bench/bench_sums.py                      # H2O/cc-pVDZ sizes
     .venv/bin/python bench/bench_sums.py --nocc 6 --nvirt 16 --reps 5
     .venv/bin/python bench/bench_sums.py --out bench/results/sums
+    .venv/bin/python bench/bench_sums.py --vary copies --out bench/results/copies
 
 Inputs are random with the permutational symmetries of ``f``, ``g`` and ``t`` (the
 programs pack symmetric pairs), so the figures hold for the real integrals' shapes.
@@ -44,6 +48,11 @@ PLANS: dict[str, dict[str, Any]] = {
         "external_modes": "first",
         "hoist": "invariant",
     },
+    "a: 38 external, first mode, hoisted": {
+        "batch": {"a": {"block": 1, "roles": EXT}},
+        "external_modes": "first",
+        "hoist": "invariant",
+    },
     "a: 13 external + i: 2 contracted, first mode, hoisted": {
         "batch": {"a": {"batches": 13, "roles": EXT}, "i": {"batches": 2, "roles": CON}},
         "external_modes": "first",
@@ -52,13 +61,17 @@ PLANS: dict[str, dict[str, Any]] = {
 }
 
 
-def run(nocc: int, nvirt: int, reps: int) -> list[dict[str, Any]]:
+VARIANTS = {"sums": ("fused", "sequenced"), "copies": ("per batch", "hoisted")}
+"""Per ``--vary``: the ``BatchPlan`` field compared and its two values."""
+
+
+def run(nocc: int, nvirt: int, reps: int, vary: str = "sums") -> list[dict[str, Any]]:
     text, spaces = load_equations("ccsd_so"), sq.Spaces(i=nocc, a=nvirt)
     rows, calls, x = [], {}, None
     for name, spec in PLANS.items():
-        for sums in ("fused", "sequenced"):
+        for sums in VARIANTS[vary]:
             options = {k: v for k, v in spec.items() if k != "batch"}
-            plan = BatchPlan.of(spec["batch"], sums=sums, **options)
+            plan = BatchPlan.of(spec["batch"], **{vary: sums}, **options)
             prog = sq.compile(text, spaces, pair_symmetry=True, batch=plan)
             if x is None:
                 x = symmetric_random_inputs(prog.schedule.annotated.forest, scale=0.1)
@@ -91,7 +104,7 @@ def run(nocc: int, nvirt: int, reps: int) -> list[dict[str, Any]]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| plan | sums | budget must hold | XLA temp+out (÷ unbatched fused) | predicted ÷ XLA"
+        "| plan | variant | budget must hold | XLA temp+out (÷ unbatched fused) | predicted ÷ XLA"
         " | FLOPs ÷ unb. | s/call (÷ unb.) |\n|---|---|---|---|---|---|---|"
     )
     lines = [head]
@@ -110,6 +123,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--nocc", type=int, default=10)
     parser.add_argument("--nvirt", type=int, default=38)
     parser.add_argument("--reps", type=int, default=9)
+    parser.add_argument("--vary", choices=sorted(VARIANTS), default="sums")
     parser.add_argument(
         "--out",
         type=Path,
@@ -117,11 +131,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         help="write the table and the rows to OUT with the suffixes .md and .json",
     )
     args = parser.parse_args(argv)
-    rows = run(args.nocc, args.nvirt, args.reps)
+    rows = run(args.nocc, args.nvirt, args.reps, args.vary)
+    first, second = VARIANTS[args.vary]
     md = (
-        f"# fused against sequenced sums (ccsd_so, i={args.nocc}, a={args.nvirt})\n\n"
+        f"# {args.vary}: {first} against {second} (ccsd_so, i={args.nocc}, a={args.nvirt})\n\n"
         f"Command: `python bench/bench_sums.py --nocc {args.nocc} --nvirt {args.nvirt} "
-        f"--reps {args.reps}`\n\n" + table(rows) + "\n"
+        f"--reps {args.reps} --vary {args.vary}`\n\n" + table(rows) + "\n"
     )
     print(md)
     if args.out is not None:

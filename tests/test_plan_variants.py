@@ -101,21 +101,26 @@ def test_compiled_programs_under_plan_variants_equal_the_reference():
 
 
 def test_extended_search_picks_a_variant_where_it_costs_fewer_flops():
-    # CCSD (spin-orbital) at i=6, a=16 with a quarter of the unbatched requirement: with a
+    # CCSD (spin-orbital) at i=6, a=16 with a fifth of the unbatched requirement: with a
     # loop per virtual index of R2 and nothing hoisted, what carries one index is rebuilt
-    # per batch of the other loop (the default search's plan costs 1.51x the unbatched
-    # FLOPs); the extended search finds a plan within 1.10x (FLOPs alone: step_cost=0)
+    # per batch of the other loop (the default search's plan, loops at the top, costs
+    # 3.09x the unbatched FLOPs); the extended search finds one loop per space, sequenced
+    # sums, at 2.11x (FLOPs alone: step_cost=0). At a quarter, the default search alone
+    # finds a plan within 1.10x since sums are stored as their one reader in a loop
+    # reads them (:mod:`sq_jax.lower.copies`; it was 1.51x, the extended search's 1.10x)
     forest = sq.build_forest(sq.parse(load_equations("ccsd_so")), sq.Spaces(i=6, a=16))
-    budget = required_bytes(schedule_forest(forest, BatchPlan())) // 4
+    full = required_bytes(schedule_forest(forest, BatchPlan()))
+    quarter = plan_for_budget(forest, full // 4, extended=False, step_cost=0)
+    assert schedule_flops(schedule_forest(forest, quarter)) <= 1.10 * forest.flops
+    budget = full // 5
     default = plan_for_budget(forest, budget, extended=False, step_cost=0)
     assert (default.external_modes, default.hoist) == ("all", "none")
     plan = plan_for_budget(forest, budget, step_cost=0)
-    assert (plan.external_modes, plan.hoist) != ("all", "none")
+    assert (plan.external_modes, plan.sums) != ("all", "fused")
     sf = schedule_forest(forest, plan)
     assert required_bytes(sf) <= budget
     flops = schedule_flops(sf)
-    assert flops <= 1.10 * forest.flops
-    assert schedule_flops(schedule_forest(forest, default)) > flops
+    assert flops <= 0.75 * schedule_flops(schedule_forest(forest, default))
 
 
 def test_hoisting_removes_the_recomputation_of_loop_invariant_operands():

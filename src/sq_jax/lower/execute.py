@@ -31,6 +31,7 @@ from jax.custom_derivatives import SymbolicZero
 from ..forest.denominators import build_denominator
 from ..forest.reference import scalar_value
 from ..schedule.ir import LoopId
+from .copies import copy_of
 from .gemm import GemmPlan
 from .ir import Accumulate, Combine, Contract, Instr, Loop, Read, Term
 from .pairs import contract_pairs
@@ -105,6 +106,9 @@ class RunSettings:
     read: Callable[..., Any] = read_operand
     """How operands are cut (:func:`read_operand`); :mod:`sq_jax.lower.shard` replaces it
     to read a device's local shard of a sharded input."""
+    copies: Mapping[tuple[str, tuple[int, ...]], Any] = dataclasses.field(default_factory=dict)
+    """Transposed copies of whole inputs made before the loop running now
+    (:attr:`~sq_jax.lower.ir.Loop.copies`), by ``(input key, transpose)``."""
 
 
 def _mask(x: Any, position: int, size: int, valid_from: Any) -> Any:
@@ -224,6 +228,20 @@ def _operands(ins: Contract, env: Mapping[int, Any], ctx: Ctx, run: RunSettings)
     return ops
 
 
+def _with_copies(ins: Contract, ops: list[Any], run: RunSettings) -> tuple[Contract, list[Any]]:
+    """``ins`` reading the copies made before its loop in place of transposing again."""
+    if not run.copies:
+        return ins, ops
+    perms = list(ins.gemm.perms) if ins.gemm is not None else []
+    for k in range(len(perms)):
+        key = copy_of(ins, k)
+        if key is not None and key in run.copies:
+            ops[k], perms[k] = run.copies[key], None
+    if ins.gemm is None or tuple(perms) == ins.gemm.perms:
+        return ins, ops
+    return dataclasses.replace(ins, gemm=dataclasses.replace(ins.gemm, perms=tuple(perms))), ops
+
+
 def run_body(
     body: tuple[Instr, ...],
     env: dict[int, Any],
@@ -244,7 +262,8 @@ def run_body(
             env[ins.value_id] = _sum_cut(plan.cuts[k], env, ctx, run)
         elif isinstance(ins, Contract):
             ready = tuple(None if key is None else run.blocks[key] for key in ins.ready)
-            env[ins.value_id] = contract(ins, _operands(ins, env, ctx, run), ready)
+            ops = _operands(ins, env, ctx, run)
+            env[ins.value_id] = contract(*_with_copies(ins, ops, run), ready)
         elif isinstance(ins, Accumulate):
             env[ins.value_id] = _accumulate(ins, env, ctx, run)
         elif isinstance(ins, Combine):
@@ -389,6 +408,13 @@ def run_loop(loop: Loop, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> 
     overlap is masked to zero, scattered overlap dropped. Values in ``carries`` are
     invariant to the loop: the last batch's copy is kept.
     """
+    made = {
+        key: jnp.transpose(run.read(Read(0, key[0]), env, ctx, run.blocks, run.dtype), key[1])
+        for key in loop.copies
+        if key not in run.copies
+    }
+    if made:
+        run = dataclasses.replace(run, copies={**run.copies, **made})
     sums = [v for v, _ in loop.sums]
     scatters = [(v, p) for v, p, _ in loop.scatters]
     carries = [v for v, _ in loop.carries]

@@ -49,6 +49,7 @@ from ..schedule.ir import BuildStep, LoopId, OutputKind, ScopeBlock
 from ..schedule.rich import OccurrenceRec
 from ..schedule.wellformed import crossings
 from .accumulate import sequence_program
+from .copies import hoist_input_copies, store_for_loop_readers
 from .gemm import plan_gemm
 from .ir import Combine, Contract, Instr, Loop, LoweredProgram, Read, Result
 from .pairs import PairPlan, gather_rate, plan_pairs
@@ -434,6 +435,9 @@ def lower_schedule(sf: ScheduledForest, *, sequence: bool = True) -> LoweredProg
         )
     )
     lowered = LoweredProgram(tuple(body), tuple(results), keys)
+    lowered = store_for_loop_readers(lowered)  # (:mod:`.copies`)
+    if sf.annotated.plan.copies == "hoisted":
+        lowered = hoist_input_copies(lowered)
     return sequence_sums_of(lowered, sf.annotated.plan.sums) if sequence else lowered
 
 

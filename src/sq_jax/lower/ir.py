@@ -155,7 +155,12 @@ class Combine:
 
     def __str__(self) -> str:
         (a, b), (ca, cb) = self.operands, self.coefs
-        return f"v{self.value_id} = {ca:g}*{a} + {cb:g}*{b}"
+
+        def term(coef: float, read: Read, perm: tuple[int, ...]) -> str:
+            moved = perm != tuple(range(len(perm)))
+            return f"{coef:g}*{read}" + (f".P{perm}" if moved else "")
+
+        return f"v{self.value_id} = {term(ca, a, self.perms[0])} + {term(cb, b, self.perms[1])}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +184,10 @@ class Loop:
     """``(value, position, layout)`` of each ``Scatter`` output: pieces are stacked."""
     carries: tuple[tuple[int, tuple[tuple[int, LoopId | None], ...]], ...] = ()
     """``(value, layout)`` of values produced inside, invariant to the loop, read after."""
+    copies: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """``(input key, transpose)`` of the transposed copies of whole inputs made once
+    before the first batch, for the products inside that read them
+    (:mod:`sq_jax.lower.copies`)."""
 
     @property
     def full_batches(self) -> int:
@@ -211,7 +220,11 @@ class Loop:
         """The loop as indented text lines."""
         pad = "  " * indent
         space, slot = self.loop
-        out = [f"{pad}loop {space}#{slot} extent {self.extent} block {self.block} {self.kind}"]
+        head = f"{pad}loop {space}#{slot} extent {self.extent} block {self.block} {self.kind}"
+        if self.copies:
+            made = (f"{key}.T{perm}".replace(" ", "") for key, perm in self.copies)
+            head += ", copies " + ", ".join(made)
+        out = [head]
         for ins in self.body:
             out += ins.lines(indent + 1) if hasattr(ins, "lines") else [f"{pad}  {ins}"]
         tail = []

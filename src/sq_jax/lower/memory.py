@@ -65,6 +65,7 @@ from dataclasses import dataclass
 
 from ..schedule.ir import LoopId
 from .accumulate import reads_of
+from .copies import whole_input_copies
 from .ir import Accumulate, Combine, Contract, Instr, Loop, LoweredProgram, Read
 from .pairs import packed_share
 from .sums import ProductGroup, SumCut, plan_sums
@@ -509,6 +510,12 @@ class _Walker:
         """Points of a loop; returns the values it leaves behind with their sizes."""
         space, name = lp.loop[0], f"loop {lp.loop[0]}#{lp.loop[1]}"
         hoisted = _hoisted(lp, done)
+        reads = whole_input_copies(lp) if lp.copies else {}
+        for key, perm in lp.copies:  # made by the program before the loop (:mod:`.copies`)
+            copy = (key, perm, (), None)
+            if copy not in done and (key, perm) in reads:
+                label = f"transposed copy of {key} (made before {name})"
+                hoisted[label] = (copy, _read_size(reads[key, perm]))
         outputs: dict[int, _Item] = {}
         for v, dims in lp.sums:
             outputs[v] = (f"v{v} (summed over {name})", _size(dims))

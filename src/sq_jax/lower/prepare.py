@@ -24,7 +24,7 @@ Example:
     >>> prog = sq.compile(text, sq.Spaces(i=2, a=3))
     >>> prologue, rest = split_prologue(prog.lowered, {"f{a;a}", "g{a,i;a,i}"})
     >>> print(prologue)  # f + f.T, and g transposed for its product
-    v4 = 1*f{a;a} + 1*f{a;a}  -> %v4
+    v4 = 1*f{a;a} + 1*f{a;a}.P(1, 0)  -> %v4
     g{a,i;a,i}.T(0,3,1,2) = transpose(g{a,i;a,i}, (0, 3, 1, 2))
     >>> print(rest.body[0])
     v2 = gemm(ab,acdb->cd) t{a;i} g{a,i;a,i}.T(0,3,1,2)

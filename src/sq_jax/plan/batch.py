@@ -147,6 +147,11 @@ class BatchPlan:
     fused add: fastest, but all terms are alive together, the default) or
     ``"sequenced"`` (term by term into one accumulator, each term's own intermediates
     made in its turn: one term alive at a time). See :mod:`sq_jax.lower.accumulate`."""
+    copies: str = "per batch"
+    """Where a product inside a loop transposes a whole input: ``"per batch"`` (in every
+    batch, the default: the copy is alive only at its product) or ``"hoisted"`` (once,
+    before the outermost loop, alive for all of it: faster, more memory). See
+    :mod:`sq_jax.lower.copies`."""
 
     def __post_init__(self) -> None:
         keys = [s.space for s in self.spaces]
@@ -161,6 +166,8 @@ class BatchPlan:
             raise PlanError(f"hoist must be 'none', 'invariant' or 'all', got {self.hoist!r}.")
         if self.sums not in ("fused", "sequenced"):
             raise PlanError(f"sums must be 'fused' or 'sequenced', got {self.sums!r}.")
+        if self.copies not in ("per batch", "hoisted"):
+            raise PlanError(f"copies must be 'per batch' or 'hoisted', got {self.copies!r}.")
         if self.external_modes not in ("all", "first"):
             raise PlanError(
                 f"external_modes must be 'all' or 'first', got {self.external_modes!r}."
@@ -175,6 +182,7 @@ class BatchPlan:
         external_modes: str = "all",
         hoist: str = "none",
         sums: str = "fused",
+        copies: str = "per batch",
     ) -> BatchPlan:
         """Build a plan from a mapping ``{space: n_batches | {batches|block, roles}}``.
 
@@ -228,7 +236,7 @@ class BatchPlan:
                 )
             else:
                 out.append(SpaceBatch(space, batches=spec))
-        return cls(tuple(out), external_site, external_modes, hoist, sums)
+        return cls(tuple(out), external_site, external_modes, hoist, sums, copies)
 
     def resolved(self, spaces: Spaces, used: Iterable[str] | None = None) -> BatchPlan:
         """This plan with every space key replaced by its canonical key in ``spaces``.
@@ -325,6 +333,8 @@ class BatchPlan:
             parts.append(f"hoist {self.hoist}")
         if self.sums != "fused":
             parts.append(f"{self.sums} sums")
+        if self.copies != "per batch":
+            parts.append(f"{self.copies} copies")
         return "BatchPlan(" + "; ".join(parts) + ")"
 
 
