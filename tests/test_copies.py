@@ -18,6 +18,7 @@ from sq_jax.budget import xla_bytes
 from sq_jax.cc.equations import load_equations
 from sq_jax.forest.reference import evaluate_reference
 from sq_jax.lower.ir import Combine, Contract
+from sq_jax.lower.prepare import split_prologue
 from sq_jax.plan import BatchPlan
 from tests.helpers.symmetric import symmetric_inputs
 
@@ -96,3 +97,16 @@ def test_a_sum_read_by_one_product_in_a_loop_is_stored_as_it_reads_it(ccsd):
         if r.input_key is None and r.value_id in sums and not r.slices
     ]
     assert reads and all(perm is None for perm in reads), str(per_batch.lowered)
+
+
+def test_a_prepared_program_makes_only_the_copies_of_what_changes(ccsd):
+    # the integrals' copies are made once by the prologue; t2's stay before the loop
+    _, hoisted, x = ccsd
+    fixed = {k: v for k, v in x.items() if k.startswith(("f", "g"))}
+    _, rest = split_prologue(hoisted.lowered, set(fixed))
+    made = {key for lp in rest.loops() for key, _ in lp.copies}
+    assert made and not made & set(fixed), made
+    step = hoisted.prepare(fixed)
+    got = step({k: v for k, v in x.items() if k not in fixed})
+    for key, want in hoisted(x).items():
+        np.testing.assert_allclose(got[key], want, rtol=1e-12, atol=1e-12, err_msg=key)

@@ -38,6 +38,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from .copies import whole_input_copies
 from .execute import RunSettings, run_body
 from .ir import Accumulate, Combine, Contract, Instr, Loop, LoweredProgram, Read
 from .pairs import PairPlan, ready_operand
@@ -144,7 +145,9 @@ def split_prologue(
 
     def rewrite(ins: Instr) -> Instr:
         if isinstance(ins, Loop):
-            return replace(ins, body=tuple(rewrite(i) for i in ins.body))
+            loop = replace(ins, body=tuple(rewrite(i) for i in ins.body))
+            needed = whole_input_copies(loop)  # those of fixed blocks are prepared now
+            return replace(loop, copies=tuple(c for c in loop.copies if c in needed))
         if isinstance(ins, Accumulate):
             terms = (
                 replace(t, body=tuple(rewrite(i) for i in t.body), read=rename(t.read))

@@ -150,7 +150,8 @@ class BatchPlan:
     copies: str = "per batch"
     """Where a product inside a loop transposes a whole input: ``"per batch"`` (in every
     batch, the default: the copy is alive only at its product) or ``"hoisted"`` (once,
-    before the outermost loop, alive for all of it: faster, more memory). See
+    before the outermost loop, alive for all of it: faster, more memory; under a mesh,
+    the loop split across devices still makes them per batch). See
     :mod:`sq_jax.lower.copies`."""
 
     def __post_init__(self) -> None:
