@@ -385,6 +385,10 @@ def programs():
     the default planner and by FLOPs alone.
 
     Rows: (forest, budget, plan, program, compiled, inputs).
+
+    The five searches share one plan cache: schedules and models do not depend on the
+    budget, so each later search only tries the counts again (the same plans as without
+    a cache: ``test_a_plan_cache_reuses_schedules_across_budgets``).
     """
     compile_ = _compile()
     text = load_equations("ccsd_so")
@@ -393,6 +397,7 @@ def programs():
         rng = np.random.default_rng(7)
         inputs = {s.block_key: 0.1 * rng.standard_normal(s.shape) for s in input_specs(forest)}
         p0 = _peak(forest, BatchPlan())
+        cache = search.PlanCache()
         rows = []
         # the default planner's plans, then the FLOPs-only plans without the extended
         # variants (step_cost=0, extended=False: few loops each, where the model is exact)
@@ -404,7 +409,7 @@ def programs():
             (1 / 4, FLOPS_ONLY),
         ):
             b = int(p0 * frac)
-            plan = plan_for_budget(forest, b, **options)
+            plan = plan_for_budget(forest, b, cache=cache, **options)
             prog = compile_(sq.parse(text), CCSD_RUN_SPACES, batch=plan)
             compiled = prog.compiled(inputs)  # what a call runs: one compile, run and memory
             rows.append((forest, b, plan, prog, compiled, inputs))
