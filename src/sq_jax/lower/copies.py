@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
-from .ir import Accumulate, Combine, Contract, Instr, Loop, LoweredProgram, Read
+from .ir import Accumulate, Combine, Contract, Instr, Loop, LoweredProgram, Read, walk
 
 __all__ = ["copy_of", "hoist_input_copies", "store_for_loop_readers", "whole_input_copies"]
 
@@ -73,14 +73,7 @@ def copy_of(ins: Contract, k: int) -> CopyKey | None:
 
 
 def _products(body: tuple[Instr, ...]) -> Iterator[Contract]:
-    for ins in body:
-        if isinstance(ins, Loop):
-            yield from _products(ins.body)
-        elif isinstance(ins, Accumulate):
-            for term in ins.terms:
-                yield from _products(term.body)
-        elif isinstance(ins, Contract):
-            yield ins
+    return (ins for ins in walk(body) if isinstance(ins, Contract))
 
 
 def whole_input_copies(loop: Loop) -> dict[CopyKey, Read]:

@@ -19,7 +19,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Union
 
@@ -42,6 +42,7 @@ __all__ = [
     "Read",
     "Result",
     "Term",
+    "walk",
 ]
 
 
@@ -280,6 +281,27 @@ class Accumulate:
 
 Instr = Union[Contract, Combine, Loop, Accumulate]  # noqa: UP007
 """One instruction of a body."""
+
+
+def walk(body: Sequence[Instr]) -> Iterator[Instr | Term]:
+    """Every instruction of ``body`` and of the bodies it holds, pre-order.
+
+    A loop or sequenced sum comes before what it holds; a sequenced sum's term after its
+    own instructions.
+
+    Example:
+        >>> ins = Contract(2, "a,a->a", (Read(0, "x"), Read(1, "y")), ((2, None),))
+        >>> [type(i).__name__ for i in walk((ins,))]
+        ['Contract']
+    """
+    for ins in body:
+        yield ins
+        if isinstance(ins, Loop):
+            yield from walk(ins.body)
+        elif isinstance(ins, Accumulate):
+            for term in ins.terms:
+                yield from walk(term.body)
+                yield term
 
 
 @dataclass(frozen=True, slots=True)

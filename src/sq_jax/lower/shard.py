@@ -76,7 +76,7 @@ from .._errors import PlanError
 from ..schedule import ScheduledForest
 from ..schedule.peak import PeakCell, PeakSchedule, dag_path, peak_profile_sweep
 from .execute import RunSettings, block_shape, merge_batches, read_operand, run_body
-from .ir import Accumulate, Combine, Instr, Loop, LoweredProgram, Read
+from .ir import Accumulate, Combine, Instr, Loop, LoweredProgram, Read, Term, walk
 
 __all__ = [
     "ShardPlan",
@@ -318,14 +318,10 @@ def _fetch_window(
 
 def _reads(body: Sequence[Instr]) -> Iterator[Read]:
     """Every operand read in ``body``, nested loops included."""
-    for ins in body:
-        if isinstance(ins, Loop):
-            yield from _reads(ins.body)
-        elif isinstance(ins, Accumulate):
-            for t in ins.terms:
-                yield from _reads(t.body)
-                yield t.read
-        else:
+    for ins in walk(body):
+        if isinstance(ins, Term):
+            yield ins.read
+        elif not isinstance(ins, Loop | Accumulate):
             yield from ins.operands
 
 
