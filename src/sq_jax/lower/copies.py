@@ -14,8 +14,9 @@ inside read them as they are, and the memory model charges them for the whole lo
 (:mod:`.memory`). That costs memory where a per-batch copy was not alive, so the
 lowering does it only when the plan says so (``BatchPlan(copies="hoisted")``). The
 same CCSD, ``a`` in 38 and 13 external batches, one loop per space, invariant operands
-hoisted: 14-21% less time, 0.3-1.1 MiB more XLA memory (of 4.8-5.1 MiB). The
-memory-budget planner does not choose it yet.
+hoisted: 13-14% less time, 0.5-1.1 MiB more XLA memory (of 4.8-5.9 MiB;
+``bench/bench_sums.py --vary copies``). The memory-budget planner does not choose it
+yet.
 
 A computed value is treated alike at its source: a sum (:class:`~sq_jax.lower.ir.Combine`)
 made outside a loop and read only by one product inside it is stored in the layout that
@@ -56,10 +57,13 @@ def copy_of(ins: Contract, k: int) -> CopyKey | None:
         >>> from sq_jax.lower.gemm import plan_gemm
         >>> from sq_jax.lower.ir import Read
         >>> from sq_jax.expr.nodes import Index
-        >>> a, b, c = Index("a", 1), Index("a", 2), Index("a", 3)
-        >>> plan = plan_gemm((a, b), (c, b), (a, c), (8, 8))
-        >>> ins = Contract(0, "ab,cb->ac", (Read(0, "x"), Read(0, "y")), (), gemm=plan)
-        >>> [copy_of(ins, k) for k in (0, 1)] == [None, None] or plan.perms
+        >>> a, b, c, d = (Index("a", k) for k in (1, 2, 3, 4))
+        >>> plan = plan_gemm((a, b, c), (b, d), (a, c, d), (512, 128))  # b is inside x
+        >>> whole = Contract(0, "abc,bd->acd", (Read(0, "x"), Read(0, "y")), (), gemm=plan)
+        >>> [copy_of(whole, k) for k in (0, 1)]
+        [('x', (0, 2, 1)), None]
+        >>> cut = Read(0, "x", slices=((0, ("a", 0)),))  # cut to a batch: not whole
+        >>> copy_of(Contract(0, "abc,bd->acd", (cut, Read(0, "y")), (), gemm=plan), 0) is None
         True
     """
     if ins.gemm is None or ins.pairs is not None:
