@@ -84,6 +84,15 @@ def whole_input_copies(loop: Loop) -> dict[CopyKey, Read]:
     """The hoistable copies (:func:`copy_of`) the products inside ``loop`` read.
 
     Each with one of its reads (for its shape), in first-read order.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> text = "R{a1,a2;i1,i2} = g{a1,i3;i1,a3} t{a3,a2;i3,i2}"
+        >>> plan = sq.BatchPlan.of({"a": {"batches": 2, "roles": "external"}},
+        ...                        external_modes="first")
+        >>> loop = sq.compile(text, sq.Spaces(i=2, a=4), batch=plan).lowered.body[0]
+        >>> list(whole_input_copies(loop))  # t is read whole, transposed
+        [('t{a,a;i,i}', (2, 0, 1, 3))]
     """
     found: dict[CopyKey, Read] = {}
     for ins in _products(loop.body):
@@ -108,8 +117,17 @@ def _hoist(body: tuple[Instr, ...]) -> tuple[Instr, ...]:
 def hoist_input_copies(lowered: LoweredProgram) -> LoweredProgram:
     """``lowered`` with each outermost loop making its whole inputs' copies once.
 
-    Nested loops read the copies of the loop around them; a loop's earlier copies are
-    replaced (a program rewritten by :mod:`.prepare` is hoisted again).
+    Nested loops read the copies of the loop around them. (:mod:`.prepare` drops the
+    copies of the blocks it prepares from the loops.)
+
+    Example:
+        >>> import sq_jax as sq
+        >>> text = "R{a1,a2;i1,i2} = g{a1,i3;i1,a3} t{a3,a2;i3,i2}"
+        >>> plan = sq.BatchPlan.of({"a": {"batches": 2, "roles": "external"}},
+        ...                        external_modes="first")
+        >>> lowered = sq.compile(text, sq.Spaces(i=2, a=4), batch=plan).lowered
+        >>> lowered.body[0].copies, hoist_input_copies(lowered).body[0].copies
+        ((), (('t{a,a;i,i}', (2, 0, 1, 3)),))
     """
     return replace(lowered, body=_hoist(lowered.body))
 
@@ -179,6 +197,16 @@ def store_for_loop_readers(lowered: LoweredProgram) -> LoweredProgram:
     The sum's only reader must be a plain matrix product (no packed pair) that reads it
     whole, unmasked, transposed: the sum is then made in that order (XLA's elementwise
     kernel writes any order) and the product reads it as it is.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> from sq_jax.cc.equations import load_equations
+        >>> plan = sq.BatchPlan.of({"a": {"batches": 3, "roles": "external"}},
+        ...                        external_modes="first", hoist="invariant")
+        >>> prog = sq.compile(load_equations("ccsd_so"), sq.Spaces(i=4, a=6),
+        ...                   pair_symmetry=True, batch=plan)
+        >>> print(next(i for i in prog.lowered.body if "g{i,i;a,a}.P" in str(i)))  # g + P(g)
+        v126 = 1*g{i,i;a,a}.P(0, 2, 1, 3) + 1*g{i,i;a,a}.P(1, 3, 0, 2)
     """
     sites: dict[int, list[_Site]] = {}
     made: dict[int, tuple[Instr, int]] = {}

@@ -168,7 +168,10 @@ class BatchPlan:
         if self.sums not in ("fused", "sequenced"):
             raise PlanError(f"sums must be 'fused' or 'sequenced', got {self.sums!r}.")
         if self.copies not in ("per batch", "hoisted"):
-            raise PlanError(f"copies must be 'per batch' or 'hoisted', got {self.copies!r}.")
+            raise PlanError(
+                f"copies must be 'per batch' or 'hoisted', got {self.copies!r}; pass "
+                "copies='hoisted' to transpose whole inputs once before the loops."
+            )
         if self.external_modes not in ("all", "first"):
             raise PlanError(
                 f"external_modes must be 'all' or 'first', got {self.external_modes!r}."
