@@ -153,6 +153,11 @@ class Spaces:
     """(base key, extent) pairs, sorted by key."""
     aliases: tuple[tuple[str, str], ...] = field(default=_DEFAULT_ALIASES)
     """(alias, canonical key) pairs."""
+    _extent_memo: dict[str, tuple[tuple[tuple[str, int], ...], int]] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
+    """:meth:`extent` per key, with the ``extents`` it was computed from (the planner
+    asks for extents per buffer and per batch count)."""
 
     def __init__(
         self,
@@ -163,6 +168,7 @@ class Spaces:
         _aliases: tuple[tuple[str, str], ...] = _DEFAULT_ALIASES,
         **kw: int,
     ) -> None:
+        object.__setattr__(self, "_extent_memo", {})
         object.__setattr__(self, "spaces", _default_spaces() if _spaces is None else _spaces)
         object.__setattr__(self, "aliases", _aliases)
         object.__setattr__(self, "extents", ())
@@ -251,6 +257,14 @@ class Spaces:
         Raises:
             SpaceError: if the space is unknown or a base space under it has no extent.
         """
+        hit = self._extent_memo.get(key)
+        if hit is not None and hit[0] is self.extents:
+            return hit[1]
+        value = self._extent(key)
+        self._extent_memo[key] = (self.extents, value)
+        return value
+
+    def _extent(self, key: str) -> int:
         have = dict(self.extents)
         if not self.space(key).is_union:
             canon = self.resolve(key)

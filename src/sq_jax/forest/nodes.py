@@ -35,7 +35,7 @@ from __future__ import annotations
 import enum
 import hashlib
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from ..expr.nodes import Constant, Index, Power, Tensor, Variable
@@ -90,6 +90,10 @@ class EvalNode:
     """Coefficient of ``left`` (SUM)."""
     right_coef: Fraction = Fraction(1)
     """Coefficient of ``right`` (SUM)."""
+    _hash: int | None = field(default=None, init=False, repr=False)
+    """:attr:`hash`, kept once computed: the schedulers ask for it per occurrence."""
+    _summed: tuple[Index, ...] | None = field(default=None, init=False, repr=False)
+    """:meth:`summed_indices`, kept once computed (asked per occurrence, too)."""
 
     def __repr__(self) -> str:
         # Shallow on purpose: the default dataclass repr recurses into the children and
@@ -103,7 +107,9 @@ class EvalNode:
     @property
     def hash(self) -> int:
         """A process-independent integer hash of ``key``."""
-        return stable_hash(self.key)
+        if self._hash is None:
+            object.__setattr__(self, "_hash", stable_hash(self.key))
+        return self._hash  # type: ignore[return-value]
 
     @property
     def is_leaf(self) -> bool:
@@ -114,6 +120,30 @@ class EvalNode:
     def children(self) -> tuple[EvalNode, ...]:
         """The operands, left first (empty for leaves)."""
         return () if self.left is None else (self.left, self.right)  # type: ignore[return-value]
+
+    def summed_indices(self) -> tuple[Index, ...]:
+        """Labels summed here: on an operand and not on the result (left first).
+
+        Empty for anything but a product. For the trees the forest builder makes this
+        equals :meth:`contracted_indices` (a summed label is on both operands).
+
+        Example:
+            >>> i, k = Index("i", 1), Index("a", 1)
+            >>> l = EvalNode(NodeKind.LEAF, (i, k), "L")
+            >>> r = EvalNode(NodeKind.LEAF, (k,), "R")
+            >>> EvalNode(NodeKind.PRODUCT, (i,), "P", l, r).summed_indices()
+            (Index('a_1'),)
+        """
+        if self._summed is None:
+            out: list[Index] = []
+            if self.kind is NodeKind.PRODUCT:
+                assert self.left is not None and self.right is not None
+                result = set(self.indices)
+                for ix in self.left.indices + self.right.indices:
+                    if ix not in result and ix not in out:
+                        out.append(ix)
+            object.__setattr__(self, "_summed", tuple(out))
+        return self._summed  # type: ignore[return-value]
 
     def contracted_indices(self) -> tuple[Index, ...]:
         """Labels summed at this node: in both operands and not in the result (left order).
@@ -213,6 +243,10 @@ class Forest:
     """Labels of inputs that stay the same between calls (``sq.compile(...,
     fixed_inputs=)``): their packed copies are made once, so packing them costs nothing
     per call (:meth:`sq_jax.lower.program.Program.prepare`)."""
+    derived: dict[str, object] = field(default_factory=dict, init=False, repr=False)
+    """Facts of this forest that do not depend on a plan, kept by the pass that derives
+    them the first time (e.g. :func:`sq_jax.forest.symmetry.value_symmetries`): the
+    budget planner lowers one forest under dozens of plans."""
 
     # -- walks (all iterative: sum chains can be thousands deep) -------------------------
 

@@ -40,6 +40,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 import numpy as np
 
@@ -197,6 +198,13 @@ def value_symmetries(forest: Forest) -> Mapping[str, frozenset[ValueSymmetry]]:
         >>> [str(ix) for ix in node.indices], sorted(value_symmetries(f)[node.key])
         (['a_1', 'i_1', 'a_2', 'i_2'], [((0, 1, 2, 3), 1), ((2, 3, 0, 1), 1)])
     """
+    known = forest.derived.get("value_symmetries")
+    if known is None:
+        known = forest.derived["value_symmetries"] = MappingProxyType(_derive(forest))
+    return known  # type: ignore[return-value]
+
+
+def _derive(forest: Forest) -> dict[str, frozenset[ValueSymmetry]]:
     out: dict[str, frozenset[ValueSymmetry]] = {}
     for node in forest.distinct():
         rank = len(node.indices)

@@ -147,10 +147,7 @@ class LoopOpen:
 
 
 def summed_indices(node: EvalNode) -> tuple[Index, ...]:
-    """Labels summed at ``node``: on an operand and not on the result (left first).
-
-    Empty for anything but a product. For the trees the forest builder makes this equals
-    :meth:`EvalNode.contracted_indices` (a summed label is on both operands).
+    """Labels summed at ``node`` (:meth:`EvalNode.summed_indices`).
 
     Example:
         >>> from sq_jax.forest.nodes import EvalNode, NodeKind
@@ -160,15 +157,7 @@ def summed_indices(node: EvalNode) -> tuple[Index, ...]:
         >>> summed_indices(EvalNode(NodeKind.PRODUCT, (i,), "P", l, r))
         (Index('a_1'),)
     """
-    if node.kind is not NodeKind.PRODUCT:
-        return ()
-    assert node.left is not None and node.right is not None
-    result = set(node.indices)
-    out: list[Index] = []
-    for ix in node.left.indices + node.right.indices:
-        if ix not in result and ix not in out:
-            out.append(ix)
-    return tuple(out)
+    return node.summed_indices()
 
 
 def permuted_summands(top: EvalNode) -> set[int]:

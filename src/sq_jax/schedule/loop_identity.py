@@ -57,6 +57,7 @@ class Occ:
     pos_loop: tuple[int, ...] = ()  # per carried position: loop id or -1 (enclosing or own)
     red: tuple[tuple[Index, int], ...] = ()  # (mode, loop id) of batched reductions
     read_loops: tuple[int, ...] = ()  # hoisted: the loops its reader slices it by
+    nesting: list[tuple[int, int]] = field(default_factory=list)  # nesting_pairs, once
 
 
 @dataclass(slots=True)
@@ -81,6 +82,7 @@ class Loops:
     forbid: list[set[int]] = field(default_factory=list)
     inner: list[set[int]] = field(default_factory=list)  # loops this one must enclose
     outer: list[set[int]] = field(default_factory=list)  # loops that must enclose this one
+    encloser_memo: dict[int, frozenset[int]] = field(default_factory=dict)  # until a fold
 
     def add(self, mode: Index, kind: LoopKind, opener: int) -> int:
         """A new loop over ``mode`` opened by walk entry ``opener``; its index."""
@@ -99,6 +101,7 @@ class Loops:
         """Record that loop ``outer`` must enclose loop ``inner``."""
         self.inner[outer].add(inner)
         self.outer[inner].add(outer)
+        self.encloser_memo.clear()
 
     def find(self, x: int) -> int:
         """The union-find root of loop ``x`` (with path compression)."""
@@ -124,6 +127,9 @@ class Loops:
 
     def enclosers(self, root: int) -> frozenset[int]:
         """Union-find roots of every loop that must enclose ``root``, transitively."""
+        memo = self.encloser_memo
+        if root in memo:
+            return memo[root]
         seen: set[int] = set()
         stack = [root]
         while stack:
@@ -132,26 +138,35 @@ class Loops:
                 if r not in seen:
                     seen.add(r)
                     stack.append(r)
-        return frozenset(seen)
+        memo[root] = out = frozenset(seen)
+        return out
 
     def try_unite(self, a: int, b: int) -> bool:
         """Fold loops ``a`` and ``b`` into one instance unless a rule refuses it (rules 1-5)."""
+        return self.unite(a, b) is None
+
+    def unite(self, a: int, b: int) -> int | None:
+        """:meth:`try_unite`, saying which rule refused (``None``: folded, or one already).
+
+        Only rule 5 may change its answer after other folds: kinds never change, and
+        forbidden partners, touched positions and nesting only grow as classes merge.
+        """
         ra, rb = self.find(a), self.find(b)
         if ra == rb:
-            return True
+            return None
         if self.kind[ra] is not self.kind[rb]:
-            return False  # rule 3: kind
+            return 3  # kind
         if any(self.find(x) == rb for x in self.forbid[ra]) or any(
             self.find(x) == ra for x in self.forbid[rb]
         ):
-            return False  # rule 2: forbidden partner
+            return 2  # forbidden partner
         small, large = sorted((self.touch[ra], self.touch[rb]), key=len)
         if any(occ in large and large[occ] != tok for occ, tok in small.items()):
-            return False  # rule 1: two positions of one occurrence
-        if self._reaches(ra, rb) or self._reaches(rb, ra):
-            return False  # rule 4: nesting
+            return 1  # two positions of one occurrence
         if self.enclosers(ra) != self.enclosers(rb):
-            return False  # rule 5: different enclosing loops (see Loops docstring)
+            return 5  # different enclosing loops (see the class docstring)
+        if self._reaches(ra, rb) or self._reaches(rb, ra):
+            return 4  # nesting
         if len(self.touch[ra]) < len(self.touch[rb]):
             ra, rb = rb, ra
         self.parent[rb] = ra
@@ -161,7 +176,8 @@ class Loops:
         self.outer[ra] |= self.outer[rb]
         self.touch[rb], self.forbid[rb] = {}, set()
         self.inner[rb], self.outer[rb] = set(), set()
-        return True
+        self.encloser_memo.clear()  # classes changed: enclosers are recomputed on demand
+        return None
 
 
 def _walk(ann: AnnotatedForest) -> tuple[list[Occ], Loops]:
@@ -252,6 +268,8 @@ def _labels(node: EvalNode, memo: dict[int, frozenset[Index]]) -> frozenset[Inde
 
 def _check_opens(rec: Occ, occs: list[Occ], loops: Loops) -> None:
     """Each open must fit its node; no label may be re-used inside its own loop."""
+    if not rec.opens and not rec.ectx:
+        return  # nothing opens here, and no loop encloses it
     node = rec.node
     outer = {loops.mode[lp]: lp for lp in rec.ectx}
     summed = summed_indices(node)
@@ -311,7 +329,8 @@ def _link(occs: list[Occ], loops: Loops) -> None:
             if rec.parent >= 0:  # rule 2: never around the reader of this partial sum
                 reader = occs[rec.parent]
                 loops.forbid[lp].update(reader.ectx + reader.own_loops)
-        for a, b in nesting_pairs(rec, loops):
+        rec.nesting = nesting_pairs(rec, loops)
+        for a, b in rec.nesting:
             loops.require(a, b)
 
 
@@ -398,9 +417,16 @@ def _fold(occs: list[Occ], loops: Loops) -> None:
     changed = True
     while changed:  # every round that folds something shrinks the number of classes
         changed = False
+        retry = []
         for a, b in pairs:
-            if loops.find(a) != loops.find(b) and loops.try_unite(a, b):
+            if loops.find(a) == loops.find(b):
+                continue
+            refused = loops.unite(a, b)
+            if refused is None:
                 changed = True
+            elif refused == 5:  # the only refusal a later fold can lift
+                retry.append((a, b))
+        pairs = retry
 
 
 def _number(occs: list[Occ], loops: Loops) -> dict[int, LoopId]:

@@ -67,7 +67,7 @@ from ..forest.nodes import EvalNode, NodeKind, stable_hash
 from ..plan.annotate import AnnotatedForest, LoopOpen, OccurrenceId
 from ..plan.batch import LoopKind
 from .ir import LoopId
-from .loop_identity import Loops, Occ, identify_loops, nesting_pairs
+from .loop_identity import Loops, Occ, identify_loops
 
 __all__ = [
     "OccurrenceRec",
@@ -323,8 +323,10 @@ def build_rich_schedule(ann: AnnotatedForest) -> RichSchedule:
                 f"{loops.kind[lp]} (at `{expr_text(occs[loops.opener[lp]].node)}`)."
             )
 
-    def slot(lp: int) -> int:
-        return -1 if lp < 0 else ids[loops.find(lp)][1]
+    # the folds are done: every physical loop's instance slot, looked up once
+    slot_of = {lp: ids[r][1] for lp in range(len(loops.parent)) if (r := loops.find(lp)) in ids}
+    slot_of[-1] = -1
+    slot = slot_of.__getitem__
 
     by_point = sorted(range(len(occs)), key=lambda k: occs[k].point)
     cell_of = [-1] * len(occs)
@@ -344,8 +346,8 @@ def build_rich_schedule(ann: AnnotatedForest) -> RichSchedule:
             gkey = (
                 node.key,
                 node.kind.value,
-                tuple((p, slot(lp)) for p, lp in enumerate(rec.pos_loop) if lp >= 0),
-                tuple(sorted((ix.space, slot(lp)) for ix, lp in rec.red)),
+                tuple((p, slot_of[lp]) for p, lp in enumerate(rec.pos_loop) if lp >= 0),
+                tuple(sorted((ix.space, slot_of[lp]) for ix, lp in rec.red)),
                 ops,
             )
         v = groups.get(gkey)
@@ -378,17 +380,17 @@ def build_rich_schedule(ann: AnnotatedForest) -> RichSchedule:
             consumer_point=parent_point,
             carried=rec.node.indices,
             home=tuple(rec.node.indices[p] for p in rec.home_pos),
-            ectx=tuple(loops.mode[lp] for lp in rec.ectx),
+            ectx=tuple(map(loops.mode.__getitem__, rec.ectx)),
             ectx_opener_point=tuple(occs[loops.opener[lp]].point for lp in rec.ectx),
-            ectx_slot=tuple(slot(lp) for lp in rec.ectx),
+            ectx_slot=tuple(map(slot, rec.ectx)),
             operand_points=tuple(occs[c].point for c in rec.children),
             opens=rec.opens,
-            loop_slot=tuple(slot(lp) for lp in rec.pos_loop),
-            reduced_slot=tuple((ix, slot(lp)) for ix, lp in rec.red),
+            loop_slot=tuple(map(slot, rec.pos_loop)),
+            reduced_slot=tuple((ix, slot_of[lp]) for ix, lp in rec.red),
             contracted_batched=tuple(ix for ix, _ in rec.red),
             occurrence=rec.occ,
             node=rec.node,
-            read_slot=_read_slot(rec, loops, lambda lp: ids.get(loops.find(lp), ("", -1))[1]),
+            read_slot=_read_slot(rec, loops, lambda lp: slot_of.get(lp, -1)),
         )
     # a value is built from its first occurrence: only that occurrence reads its operands
     read = [rec.parent < 0 or members[cell_of[rec.parent]][0] == rec.parent for rec in occs]
@@ -398,7 +400,7 @@ def build_rich_schedule(ann: AnnotatedForest) -> RichSchedule:
     )
     order: dict[tuple[LoopId, LoopId], int] = {}
     for k in by_point:
-        for a, b in nesting_pairs(occs[k], loops):
+        for a, b in occs[k].nesting:
             pair = (ids[loops.find(a)], ids[loops.find(b)])
             if pair[0] == pair[1]:
                 raise InternalScheduleError(f"loop {pair[0]} must enclose itself")
