@@ -139,11 +139,13 @@ class MemoryModel:
             >>> MemoryModel(((("x", Counter({((("a", 1),), None): 8})),),), ("p",), ()).totals()
             ((((('a', 1),), None),), ((8,),))
         """
-        sums: list[Counter] = []
+        sums: list[dict[Monomial, int]] = []
         for items in self.points:
-            total: Counter = Counter()
-            for _, size in items:
-                total.update(size)
+            total: dict[Monomial, int] = {}
+            get = total.get
+            for _, size in items:  # Counter.update, without its per-call type checks
+                for mono, coef in size.items():
+                    total[mono] = get(mono, 0) + coef
             sums.append(total)
         monos = tuple(sorted({m for t in sums for m in t}, key=repr))
         return monos, tuple(tuple(t.get(m, 0) for t in sums) for m in monos)
@@ -165,16 +167,16 @@ def _size(dims: Iterable[tuple[int, LoopId | None]], cut: Mapping[int, LoopId] =
     ``dims`` with sliced modes (stored, or ``cut`` now) at block size, plus
     :data:`ALIGNMENT` for the padding XLA puts after it.
     """
-    coef, powers = _ITEMSIZE, Counter()
+    coef, powers = _ITEMSIZE, {}
     for p, (extent, lp) in enumerate(dims):
         loop = lp if lp is not None else cut.get(p)
         if loop is None:
             coef *= extent
         else:
-            powers[loop[0]] += 1
-    size = Counter({(tuple(sorted(powers.items())), None): coef})
-    size[((), None)] += ALIGNMENT
-    return size
+            powers[loop[0]] = powers.get(loop[0], 0) + 1
+    if not powers:
+        return Counter({((), None): coef + ALIGNMENT})
+    return Counter({(tuple(sorted(powers.items())), None): coef, ((), None): ALIGNMENT})
 
 
 def _read_size(read: Read) -> Counter:

@@ -83,6 +83,7 @@ class Loops:
     inner: list[set[int]] = field(default_factory=list)  # loops this one must enclose
     outer: list[set[int]] = field(default_factory=list)  # loops that must enclose this one
     encloser_memo: dict[int, frozenset[int]] = field(default_factory=dict)  # until a fold
+    members: list[set[int]] = field(default_factory=list)  # a class root's loops
 
     def add(self, mode: Index, kind: LoopKind, opener: int) -> int:
         """A new loop over ``mode`` opened by walk entry ``opener``; its index."""
@@ -95,6 +96,7 @@ class Loops:
         self.forbid.append(set())
         self.inner.append(set())
         self.outer.append(set())
+        self.members.append({n})
         return n
 
     def require(self, outer: int, inner: int) -> None:
@@ -156,8 +158,9 @@ class Loops:
             return None
         if self.kind[ra] is not self.kind[rb]:
             return 3  # kind
-        if any(self.find(x) == rb for x in self.forbid[ra]) or any(
-            self.find(x) == ra for x in self.forbid[rb]
+        if not (
+            self.forbid[ra].isdisjoint(self.members[rb])
+            and self.forbid[rb].isdisjoint(self.members[ra])
         ):
             return 2  # forbidden partner
         small, large = sorted((self.touch[ra], self.touch[rb]), key=len)
@@ -174,8 +177,9 @@ class Loops:
         self.forbid[ra] |= self.forbid[rb]
         self.inner[ra] |= self.inner[rb]
         self.outer[ra] |= self.outer[rb]
+        self.members[ra] |= self.members[rb]
         self.touch[rb], self.forbid[rb] = {}, set()
-        self.inner[rb], self.outer[rb] = set(), set()
+        self.inner[rb], self.outer[rb], self.members[rb] = set(), set(), set()
         self.encloser_memo.clear()  # classes changed: enclosers are recomputed on demand
         return None
 
