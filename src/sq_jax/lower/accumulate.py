@@ -100,7 +100,10 @@ def reads_of(ins: Instr) -> set[int]:
         [0]
     """
     if isinstance(ins, Loop):
-        return _body_reads(ins.body)
+        known = ins.derived.get("reads_of")
+        if known is None:
+            known = ins.derived["reads_of"] = frozenset(_body_reads(ins.body))
+        return known  # type: ignore[return-value]
     if isinstance(ins, Accumulate):
         out: set[int] = set()
         for t in ins.terms:

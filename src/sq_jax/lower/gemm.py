@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import string
 from collections.abc import Sequence
@@ -122,6 +123,19 @@ def plan_gemm(
         >>> g.copies, g.perms
         (1, (None, (0, 2, 1)))
     """
+    return _plan_gemm(tuple(left), tuple(right), tuple(out), tuple(nbytes), tuple(sliced))
+
+
+@functools.lru_cache(maxsize=8192)
+def _plan_gemm(
+    left: tuple[Index, ...],
+    right: tuple[Index, ...],
+    out: tuple[Index, ...],
+    nbytes: tuple[int, int],
+    sliced: tuple[bool, bool],
+) -> GemmPlan | None:
+    # kept per arguments: the budget planner lowers one forest under dozens of plans,
+    # and most products meet the same operand layouts in each
     out_set = set(out)
     lset, rset = set(left), set(right)
     if len(lset) != len(left) or len(rset) != len(right):

@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Union
 
 from ..expr.nodes import Index
@@ -189,6 +189,11 @@ class Loop:
     """``(input key, transpose)`` of the transposed copies of whole inputs made once
     before the first batch, for the products inside that read them
     (:mod:`sq_jax.lower.copies`)."""
+    derived: dict[str, object] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
+    """Facts of this loop kept by the pass that derives them (the values its body reads):
+    the memory model and the sum sequencing ask for them once per enclosing body."""
 
     @property
     def full_batches(self) -> int:

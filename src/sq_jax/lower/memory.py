@@ -186,10 +186,13 @@ def _read_size(read: Read) -> Counter:
 def _reads(ins: Instr) -> set[int]:
     """Computed values an instruction reads (a loop: anything inside it reads)."""
     if isinstance(ins, Loop):
-        out: set[int] = set()
-        for sub in ins.body:
-            out |= _reads(sub)
-        return out
+        known = ins.derived.get("reads")
+        if known is None:
+            out: set[int] = set()
+            for sub in ins.body:
+                out |= _reads(sub)
+            known = ins.derived["reads"] = frozenset(out)
+        return known  # type: ignore[return-value]
     if isinstance(ins, Accumulate):
         return reads_of(ins)
     return {r.value_id for r in ins.operands if r.input_key is None and r.scalar is None}

@@ -179,10 +179,16 @@ def permuted_summands(top: EvalNode) -> set[int]:
         >>> sorted(permuted_summands(forest.roots[0].node))  # Y and Y with a1, a2 swapped
         [1, 4]
     """
+    spine = [top]  # the left spine of sums, top first
+    while spine[-1].kind is NodeKind.SUM and spine[-1].left is not None:
+        spine.append(spine[-1].left)
+    size = {id(spine[-1]): _size(spine[-1])}  # subtree sizes, bottom up: one walk in all
+    for node in reversed(spine[:-1]):
+        size[id(node)] = 1 + size[id(node.left)] + _size(node.right)  # type: ignore[arg-type]
     summands: list[tuple[int, EvalNode]] = []
     node, pos = top, 0
     while node.kind is NodeKind.SUM and node.left is not None and node.right is not None:
-        summands.append((pos + 1 + _size(node.left), node.right))
+        summands.append((pos + 1 + size[id(node.left)], node.right))
         left = node.left
         if left.kind is not NodeKind.SUM or left.key in {n.key for _, n in summands}:
             summands.append((pos + 1, left))

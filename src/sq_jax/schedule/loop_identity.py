@@ -272,11 +272,11 @@ def _labels(node: EvalNode, memo: dict[int, frozenset[Index]]) -> frozenset[Inde
 
 def _check_opens(rec: Occ, occs: list[Occ], loops: Loops) -> None:
     """Each open must fit its node; no label may be re-used inside its own loop."""
-    if not rec.opens and not rec.ectx:
-        return  # nothing opens here, and no loop encloses it
     node = rec.node
-    outer = {loops.mode[lp]: lp for lp in rec.ectx}
     summed = summed_indices(node)
+    if not rec.opens and not (rec.ectx and summed):
+        return  # nothing opens here, and nothing summed here can shadow a loop
+    outer = {loops.mode[lp]: lp for lp in rec.ectx}
     seen: set[Index] = set()
     for o in rec.opens:
         problem = ""
@@ -309,9 +309,17 @@ def _check_opens(rec: Occ, occs: list[Occ], loops: Loops) -> None:
 
 def _link(occs: list[Occ], loops: Loops) -> None:
     """Per-occurrence loop bindings, touch tokens, forbids and nesting constraints."""
+    modes_of: dict[tuple[int, ...], dict[Index, int]] = {}  # siblings share their ectx
     for k, rec in enumerate(occs):
-        by_mode = {loops.mode[lp]: lp for lp in rec.ectx}
-        own = {o.index: lp for o, lp in zip(rec.opens, rec.own_loops, strict=True)}
+        by_mode = modes_of.get(rec.ectx)
+        if by_mode is None:
+            by_mode = modes_of[rec.ectx] = {loops.mode[lp]: lp for lp in rec.ectx}
+        own = (
+            {o.index: lp for o, lp in zip(rec.opens, rec.own_loops, strict=True)}
+            if rec.opens
+            else {}
+        )
+        leaf = rec.node.is_leaf
         pos_loop, home = [], []
         for p, ix in enumerate(rec.node.indices):
             lp = by_mode.get(ix, -1)
@@ -320,14 +328,15 @@ def _link(occs: list[Occ], loops: Loops) -> None:
             elif ix in own and loops.kind[own[ix]] is LoopKind.EXTERNAL:
                 lp = own[ix]
             pos_loop.append(lp)
-            if lp >= 0 and not rec.node.is_leaf:
+            if lp >= 0 and not leaf:
                 loops.touch[lp][k] = p
         rec.pos_loop, rec.home_pos = tuple(pos_loop), tuple(home)
-        rec.red = tuple(
-            (o.index, lp)
-            for o, lp in zip(rec.opens, rec.own_loops, strict=True)
-            if o.kind is LoopKind.CONTRACTED
-        )
+        if rec.opens:
+            rec.red = tuple(
+                (o.index, lp)
+                for o, lp in zip(rec.opens, rec.own_loops, strict=True)
+                if o.kind is LoopKind.CONTRACTED
+            )
         for ix, lp in rec.red:
             loops.touch[lp][k] = ("sum", ix)
             if rec.parent >= 0:  # rule 2: never around the reader of this partial sum
