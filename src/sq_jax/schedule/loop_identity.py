@@ -417,14 +417,15 @@ def _fold(occs: list[Occ], loops: Loops) -> None:
                 rep, other = occs[k_rep], occs[k]
                 out = pairs if k_rep == members[0] else nearby
                 out += [(lp, other.pos_loop[p]) for p, lp in enumerate(rep.pos_loop) if lp >= 0]
-                out += [
-                    (a, b)
-                    for (_, a), (_, b) in zip(
-                        sorted(rep.red, key=lambda t: t[0].space),
-                        sorted(other.red, key=lambda t: t[0].space),
-                        strict=True,
-                    )
-                ]
+                if rep.red:  # a group's members sum the same spaces (its key)
+                    out += [
+                        (a, b)
+                        for (_, a), (_, b) in zip(
+                            sorted(rep.red, key=lambda t: t[0].space),
+                            sorted(other.red, key=lambda t: t[0].space),
+                            strict=True,
+                        )
+                    ]
     seen = set(pairs)
     pairs += [pair for pair in dict.fromkeys(nearby) if pair not in seen and pair[0] != pair[1]]
     changed = True

@@ -372,6 +372,9 @@ def build_rich_schedule(ann: AnnotatedForest) -> RichSchedule:
         cell_of[k] = v
         members[v].append(k)
 
+    def read_slot(lp: int) -> int:
+        return slot_of.get(lp, -1)
+
     records: dict[int, OccurrenceRec] = {}
     for k, rec in enumerate(occs):
         parent_point = occs[rec.parent].point if rec.parent >= 0 else rec.point
@@ -390,7 +393,7 @@ def build_rich_schedule(ann: AnnotatedForest) -> RichSchedule:
             contracted_batched=tuple(ix for ix, _ in rec.red),
             occurrence=rec.occ,
             node=rec.node,
-            read_slot=_read_slot(rec, loops, lambda lp: slot_of.get(lp, -1)),
+            read_slot=_read_slot(rec, loops, read_slot) if rec.read_loops else (),
         )
     # a value is built from its first occurrence: only that occurrence reads its operands
     read = [rec.parent < 0 or members[cell_of[rec.parent]][0] == rec.parent for rec in occs]
