@@ -45,7 +45,7 @@ def _sequant_text(node: Expr | Equation) -> str:
     return serialize(node)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Index:
     """A tensor index: a space key, an ordinal, and optional proto-indices.
 
@@ -65,6 +65,22 @@ class Index:
     """The number after the key; any non-negative integer."""
     protos: tuple[Index, ...] = ()
     """Proto-indices this index's range depends on (empty for a plain index)."""
+
+    # Written out rather than generated: the schedulers compare and hash indices
+    # millions of times per budget search, and the generated methods build tuples.
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if other.__class__ is not Index:
+            return NotImplemented
+        return (
+            self.ordinal == other.ordinal  # type: ignore[attr-defined]
+            and self.space == other.space  # type: ignore[attr-defined]
+            and self.protos == other.protos  # type: ignore[attr-defined]
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.space, self.ordinal, self.protos))
 
     def plain(self) -> Index:
         """This index without its proto-indices."""

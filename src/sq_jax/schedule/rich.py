@@ -375,6 +375,7 @@ def build_rich_schedule(ann: AnnotatedForest) -> RichSchedule:
     def read_slot(lp: int) -> int:
         return slot_of.get(lp, -1)
 
+    opener_point = [occs[k].point for k in loops.opener]
     records: dict[int, OccurrenceRec] = {}
     for k, rec in enumerate(occs):
         parent_point = occs[rec.parent].point if rec.parent >= 0 else rec.point
@@ -382,15 +383,15 @@ def build_rich_schedule(ann: AnnotatedForest) -> RichSchedule:
             point=rec.point,
             consumer_point=parent_point,
             carried=rec.node.indices,
-            home=tuple(rec.node.indices[p] for p in rec.home_pos),
+            home=tuple(map(rec.node.indices.__getitem__, rec.home_pos)),
             ectx=tuple(map(loops.mode.__getitem__, rec.ectx)),
-            ectx_opener_point=tuple(occs[loops.opener[lp]].point for lp in rec.ectx),
+            ectx_opener_point=tuple(map(opener_point.__getitem__, rec.ectx)),
             ectx_slot=tuple(map(slot, rec.ectx)),
             operand_points=tuple(occs[c].point for c in rec.children),
             opens=rec.opens,
             loop_slot=tuple(map(slot, rec.pos_loop)),
-            reduced_slot=tuple((ix, slot_of[lp]) for ix, lp in rec.red),
-            contracted_batched=tuple(ix for ix, _ in rec.red),
+            reduced_slot=tuple((ix, slot_of[lp]) for ix, lp in rec.red) if rec.red else (),
+            contracted_batched=tuple(ix for ix, _ in rec.red) if rec.red else (),
             occurrence=rec.occ,
             node=rec.node,
             read_slot=_read_slot(rec, loops, read_slot) if rec.read_loops else (),
@@ -433,12 +434,16 @@ def _make_cell(
     recs = sorted(recs, key=lambda r: r.point)
     first = recs[0]
     enclosing: dict[Index, None] = {}
+    for r in recs:
+        if r.ectx:
+            enclosing.update(dict.fromkeys(r.ectx))
+    labelings = dict.fromkeys(r.carried for r in recs)  # mostly one
     union: dict[Index, None] = {}
     inter = set(first.carried)
-    for r in recs:
-        enclosing.update(dict.fromkeys(r.ectx))
-        union.update(dict.fromkeys(r.carried))
-        inter &= set(r.carried)
+    if len(labelings) > 1:
+        for carried in labelings:
+            union.update(dict.fromkeys(carried))
+            inter &= set(carried)
     return ValueCell(
         value_id=value_id,
         key=key,
@@ -448,7 +453,7 @@ def _make_cell(
         home_modes=first.home,
         enclosing_modes=tuple(enclosing),
         divergent_modes=tuple(ix for ix in union if ix not in inter),
-        first_use=min(r.point for r in recs),
+        first_use=first.point,
         last_use=max(r.consumer_point for r in (read or recs)),
         home_depth=_home_depth(first.home, first.ectx),
         occurrences=tuple(recs),
