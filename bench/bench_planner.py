@@ -13,6 +13,13 @@ set against the budget (slow: one XLA compile of the CCSD program per budget).
 
 Writes ``bench_planner.json`` and ``bench_planner.md`` to ``--out`` (default: the
 current directory). Not a timed test: nothing fails on a time.
+
+``--w3`` times the search as ``sq.compile(..., memory_budget=...)`` runs it instead: W3's
+budgets (1/4 and 1/8 of the unbatched program's XLA temporaries + outputs), products over
+symmetric pairs packed, for spin-orbital CCSD at H2O/cc-pVDZ sizes (i=10, a=38) and
+closed-shell CCSD at benzene/cc-pVDZ sizes (i=21, a=93). Each repeat is a cold call
+(a new plan cache, the GEMM plans forgotten), timed on its own; writes
+``bench_planner_w3.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import statistics
@@ -65,12 +73,97 @@ def _xla(eqs, plan: BatchPlan, inputs) -> dict[str, int]:
     }
 
 
+W3_SYSTEMS = (
+    ("ccsd_so", "H2O/cc-pVDZ", sq.Spaces(i=10, a=38)),
+    ("ccsd_cs", "benzene/cc-pVDZ", sq.Spaces(i=21, a=93)),
+)
+
+
+def _cold_plan(forest, budget: int):
+    """One cold search, as ``sq.compile`` starts it (its first target has the headroom)."""
+    from sq_jax.budget.model import XLA_HEADROOM
+    from sq_jax.lower import gemm
+
+    if hasattr(gemm, "_plan_gemm"):  # older trees (PYTHONPATH=<worktree>/src) keep none
+        gemm._plan_gemm.cache_clear()  # kept between searches: a user's first is cold
+    return plan_for_budget(forest, math.floor(budget * XLA_HEADROOM))
+
+
+def w3(args: argparse.Namespace) -> None:
+    """The searches of W3's budgets (module docstring, ``--w3``)."""
+    from sq_jax.budget import xla_bytes
+
+    rows = []
+    print("| equations | sizes | budget | bytes | plan | plan wall s (median) | all repeats |")
+    print("|---|---|---|---|---|---|---|")
+    for eq, system, spaces in W3_SYSTEMS:
+        base = sq.compile(load_equations(eq), spaces, pair_symmetry=True)
+        unbatched = xla_bytes(base)
+        forest = base.schedule.annotated.forest
+        for label, div in (("1/4", 4), ("1/8", 8)):
+            budget = unbatched // div
+            plan, walls = None, []
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                plan = _cold_plan(forest, budget)
+                walls.append(time.perf_counter() - t0)
+            sf = schedule_forest(forest, plan)
+            row = {
+                "equations": eq,
+                "system": system,
+                "budget": label,
+                "budget_bytes": budget,
+                "plan": str(plan),
+                "flops_ratio": round(schedule_flops(sf) / forest.flops, 4),
+                "plan_wall_s": round(statistics.median(walls), 2),
+                "walls": [round(w, 2) for w in walls],
+            }
+            rows.append(row)
+            print(
+                f"| {eq} | {system} | {label} | {budget} | {plan} | {row['plan_wall_s']} | "
+                f"{row['walls']} |",
+                flush=True,
+            )
+    record = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+        "load_average": os.getloadavg(),
+        "python": platform.python_version(),
+        "sq_jax": sq.__version__,
+        "repeat": args.repeat,
+        "rows": rows,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench_planner_w3.json").write_text(json.dumps(record, indent=2) + "\n")
+    md = [
+        "# plan_for_budget at W3's budgets (target < 5 s)",
+        "",
+        f"{record['date']}, {record['machine']}, load average at start "
+        f"{tuple(round(x, 2) for x in record['load_average'])}, Python {record['python']}; "
+        f"median of {args.repeat} cold calls. Command: "
+        f"`python bench/bench_planner.py --w3 --repeat {args.repeat} --out DIR`.",
+        "",
+        "| equations | sizes | budget | plan | FLOPs / unbatched | wall s | repeats |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    md += [
+        f"| `{r['equations']}` | {r['system']} | {r['budget']} ({r['budget_bytes']} B) | "
+        f"{r['plan']} | {r['flops_ratio']} | {r['plan_wall_s']} | {r['walls']} |"
+        for r in rows
+    ]
+    (args.out / "bench_planner_w3.md").write_text("\n".join(md) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--xla", action="store_true")
+    ap.add_argument("--w3", action="store_true", help="W3's budgets, as sq.compile plans them")
     ap.add_argument("--out", type=Path, default=Path("."))
     args = ap.parse_args()
+    if args.w3:
+        w3(args)
+        return
 
     t0 = time.perf_counter()
     eqs = sq.parse(load_equations("ccsd_so"))
