@@ -65,9 +65,17 @@ class Index:
     """The number after the key; any non-negative integer."""
     protos: tuple[Index, ...] = ()
     """Proto-indices this index's range depends on (empty for a plain index)."""
+    _hash: int = field(init=False, repr=False, compare=False)
 
     # Written out rather than generated: the schedulers compare and hash indices
     # millions of times per budget search, and the generated methods build tuples.
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.space, self.ordinal, self.protos)))
+
+    def __reduce__(self) -> tuple:
+        # rebuilt, not restored: the kept hash of a str differs between processes
+        return (Index, (self.space, self.ordinal, self.protos))
+
     def __eq__(self, other: object) -> bool:
         if self is other:
             return True
@@ -80,7 +88,7 @@ class Index:
         )
 
     def __hash__(self) -> int:
-        return hash((self.space, self.ordinal, self.protos))
+        return self._hash
 
     def plain(self) -> Index:
         """This index without its proto-indices."""
