@@ -361,19 +361,21 @@ def nesting_pairs(rec: Occ, loops: Loops) -> list[tuple[int, int]]:
     pair it would add could nest a loop-invariant value inside a loop whose other values
     read it from outside: a cycle the block order cannot break.
     """
+    ectx, own = rec.ectx, rec.own_loops
+    if len(ectx) + len(own) < 2:
+        return []  # no two loops to order
     ext = LoopKind.EXTERNAL
-    carried = set(rec.node.indices)
+    mode, opener, kind = loops.mode, loops.opener, loops.kind
+    carried = rec.node.indices
     pairs = []
-    for j, a in enumerate(rec.ectx):
-        if loops.mode[a] not in carried:
+    for j, a in enumerate(ectx):
+        if mode[a] not in carried:
             continue
-        for b in rec.ectx[j + 1 :]:
-            if loops.opener[a] != loops.opener[b] and not (
-                loops.kind[a] is ext and loops.kind[b] is ext
-            ):
+        for b in ectx[j + 1 :]:
+            if opener[a] != opener[b] and not (kind[a] is ext and kind[b] is ext):
                 pairs.append((a, b))
-        pairs += [(a, b) for b in rec.own_loops]
-    for j, a in enumerate(rec.own_loops):
+        pairs += [(a, b) for b in own]
+    for j, a in enumerate(own):
         pairs += [
             (a, b)
             for b in rec.own_loops[j + 1 :]
