@@ -356,12 +356,14 @@ def plan_for_budget(
 
 
 @contextlib.contextmanager
-def _rare_collections(young: int = 50_000):
+def _rare_collections(young: int = 1_000_000):
     """Python's cyclic garbage collector run less often, for the duration.
 
     The search allocates millions of small, short-lived objects (schedules, records),
-    few of them in cycles; at the default threshold (700 allocations) the collector
-    took about a sixth of the planner's time (spin-orbital CCSD, i=10, a=38).
+    few of them in cycles (the rest are freed as they die, whatever the threshold); at
+    the default threshold (700 allocations) the collector took about a sixth of the
+    planner's time (spin-orbital CCSD, i=10, a=38), and 50,000 still about a tenth
+    after an XLA compile had grown the heap it scans.
     """
     old = gc.get_threshold()
     gc.set_threshold(max(old[0], young), *old[1:])
