@@ -113,6 +113,7 @@ def w3(args: argparse.Namespace) -> None:
                 "system": system,
                 "budget": label,
                 "budget_bytes": budget,
+                "budget_cell": f"{label} ({budget} B)",
                 "plan": str(plan),
                 "flops_ratio": round(schedule_flops(sf) / forest.flops, 4),
                 "plan_wall_s": round(statistics.median(walls), 2),
@@ -133,8 +134,6 @@ def w3(args: argparse.Namespace) -> None:
         "repeat": args.repeat,
         "rows": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench_planner_w3.json").write_text(json.dumps(record, indent=2) + "\n")
     md = [
         "# plan_for_budget at W3's budgets (target < 5 s)",
         "",
@@ -142,16 +141,29 @@ def w3(args: argparse.Namespace) -> None:
         f"{tuple(round(x, 2) for x in record['load_average'])}, Python {record['python']}; "
         f"median of {args.repeat} cold calls. Command: "
         f"`python bench/bench_planner.py --w3 --repeat {args.repeat} --out DIR`.",
-        "",
-        "| equations | sizes | budget | plan | FLOPs / unbatched | wall s | repeats |",
-        "|---|---|---|---|---|---|---|",
     ]
-    md += [
-        f"| `{r['equations']}` | {r['system']} | {r['budget']} ({r['budget_bytes']} B) | "
-        f"{r['plan']} | {r['flops_ratio']} | {r['plan_wall_s']} | {r['walls']} |"
-        for r in rows
-    ]
-    (args.out / "bench_planner_w3.md").write_text("\n".join(md) + "\n")
+    columns = (
+        ("equations", "equations"),
+        ("sizes", "system"),
+        ("budget", "budget_cell"),
+        ("plan", "plan"),
+        ("FLOPs / unbatched", "flops_ratio"),
+        ("wall s", "plan_wall_s"),
+        ("repeats", "walls"),
+    )
+    _save(args.out, "bench_planner_w3", record, md, columns)
+
+
+def _save(
+    out: Path, stem: str, record: dict, head: list[str], columns: tuple[tuple[str, str], ...]
+) -> None:
+    """``stem.json`` (the record) and ``stem.md`` (``head``, then a table of the record's
+    rows: one column per ``(title, key)``) in ``out``."""
+    md = [*head, "", "| " + " | ".join(t for t, _ in columns) + " |", "|" + "---|" * len(columns)]
+    md += ["| " + " | ".join(str(r[k]) for _, k in columns) + " |" for r in record["rows"]]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(record, indent=2) + "\n")
+    (out / f"{stem}.md").write_text("\n".join(md) + "\n")
 
 
 def main() -> None:
@@ -207,6 +219,7 @@ def main() -> None:
         row = {
             "budget": label,
             "budget_bytes": budget,
+            "budget_cell": f"{label} ({budget} B)",
             "plan": str(plan),
             "plan_wall_s": round(wall, 3),
             "plan_cpu_s": round(cpu, 3),
@@ -242,23 +255,21 @@ def main() -> None:
         "rows": rows,
         "infeasible": infeasible,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench_planner.json").write_text(json.dumps(record, indent=2) + "\n")
     md = [
         f"# plan_for_budget — {record['workload']}",
         "",
         f"{record['date']}, {record['machine']}, Python {record['python']}; unbatched peak "
         f"{p0} B, {f0:,} FLOPs; median of {args.repeat} cold calls.",
-        "",
-        "| budget | plan | wall s | CPU s | static peak / budget | FLOPs / unbatched |",
-        "|---|---|---|---|---|---|",
     ]
-    md += [
-        f"| {r['budget']} ({r['budget_bytes']} B) | {r['plan']} | {r['plan_wall_s']} | "
-        f"{r['plan_cpu_s']} | {r['peak_over_budget']} | {r['flops_ratio']} |"
-        for r in rows
-    ]
-    (args.out / "bench_planner.md").write_text("\n".join(md) + "\n")
+    columns = (
+        ("budget", "budget_cell"),
+        ("plan", "plan"),
+        ("wall s", "plan_wall_s"),
+        ("CPU s", "plan_cpu_s"),
+        ("static peak / budget", "peak_over_budget"),
+        ("FLOPs / unbatched", "flops_ratio"),
+    )
+    _save(args.out, "bench_planner", record, md, columns)
 
 
 if __name__ == "__main__":
