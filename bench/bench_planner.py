@@ -157,8 +157,8 @@ def w3(args: argparse.Namespace) -> None:
 def _save(
     out: Path, stem: str, record: dict, head: list[str], columns: tuple[tuple[str, str], ...]
 ) -> None:
-    """``stem.json`` (the record) and ``stem.md`` (``head``, then a table of the record's
-    rows: one column per ``(title, key)``) in ``out``."""
+    """The record as JSON and, as markdown, ``head`` then a table of the record's rows
+    (one column per ``(title, key)``): two files named ``stem`` in ``out``."""
     md = [*head, "", "| " + " | ".join(t for t, _ in columns) + " |", "|" + "---|" * len(columns)]
     md += ["| " + " | ".join(str(r[k]) for _, k in columns) + " |" for r in record["rows"]]
     out.mkdir(parents=True, exist_ok=True)
