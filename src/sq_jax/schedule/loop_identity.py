@@ -152,6 +152,14 @@ class Loops:
 
         Only rule 5 may change its answer after other folds: kinds never change, and
         forbidden partners, touched positions and nesting only grow as classes merge.
+
+        Example:
+            >>> loops = Loops()
+            >>> a = loops.add(Index("a", 1), LoopKind.EXTERNAL, 0)
+            >>> b = loops.add(Index("a", 2), LoopKind.CONTRACTED, 1)
+            >>> c = loops.add(Index("a", 3), LoopKind.EXTERNAL, 2)
+            >>> loops.unite(a, b), loops.unite(a, c), loops.find(c) == loops.find(a)
+            (3, None, True)
         """
         ra, rb = self.find(a), self.find(b)
         if ra == rb:
