@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import sq_jax as sq
 from sq_jax.expr.nodes import Index
+from sq_jax.forest.inputs import input_specs
 from sq_jax.plan import (
     BatchPlan,
     LoopKind,
@@ -17,6 +19,9 @@ from sq_jax.plan import (
     preorder,
     summed_indices,
 )
+from sq_jax.plan.annotate import permuted_summands
+from sq_jax.schedule import schedule_forest
+from sq_jax.schedule.cost import schedule_flops
 from tests.helpers.schedule_corpus import SPACES, forest_of, leaf, mul, text_case
 
 
@@ -128,3 +133,24 @@ def test_annotate_by_hand_and_errors():
     with pytest.raises(sq.PlanError, match="not in the plan"):
         annotate_by_hand(forest, plan, {(0, 0): [("i_1", "External")]})
     assert "root 0 @0: Κ_1 Contracted" in str(ann)
+
+
+def test_a_sum_with_a_lone_summand_opens_at_the_permuted_reads():
+    """``Â(f g) + f h``: ``f g`` is read under two labelings, ``f h`` once. Opened at the
+    root, an external loop over ``a`` needs ``f g`` batched in both orientations and
+    builds it twice; opened at the summands, once (FLOPs equal the unbatched count).
+    """
+    text = "R{a1,a2;i1} = Â{;a1,a2} f{a1;a3} g{a3,a2;i1} + f{a1;a3} h{a3,a2;i1}"
+    spaces = sq.Spaces(i=2, a=8)
+    forest = sq.build_forest(sq.parse(text), spaces)
+    assert len(permuted_summands(forest.roots[0].node)) == 3  # f g twice, f h once
+    flops = {}
+    for site in ("root", "top"):
+        plan = BatchPlan.of({"a": {"batches": 4, "roles": "external"}}, external_site=site)
+        flops[site] = schedule_flops(schedule_forest(forest, plan))
+        prog = sq.compile(text, spaces, batch=plan)
+        rng = np.random.default_rng(3)
+        x = {s.block_key: rng.standard_normal(s.shape) for s in input_specs(forest)}
+        want = sq.evaluate_reference(forest, None, x)["R"]
+        np.testing.assert_allclose(prog(x)["R"], want, rtol=1e-12, atol=1e-12)
+    assert flops["root"] == forest.flops < flops["top"]

@@ -64,8 +64,8 @@ loops at the roots with hoisted operands: 0.94-1.07x); ``sq.compile`` holds ever
 budgeted program to XLA's own figures (:func:`~sq_jax.budget.fit_to_budget`), and
 tries first the plan the model fits without :data:`XLA_HEADROOM`. Each phase schedules
 every role choice again (planner time). Loops at the roots themselves (``"top"``: lower
-memory floor, more FLOPs) are searched last, when nothing costs below twice the
-unbatched program.
+memory floor, more FLOPs; sums run term by term) are searched last, when nothing costs
+below twice the unbatched program.
 
 Known limitations: the memory model predicts XLA's live buffers, not its heap fragmentation,
 which grows with the number of loops (a plan with 80 loop instances measured 1.6x its

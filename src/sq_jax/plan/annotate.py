@@ -8,9 +8,10 @@ and shared between trees, so the annotation cannot live on the node itself.
 Placement rules (deterministic, no cost model):
 
 1. **External**: at each external site — the root node of every equation
-   (``external_site="root"``; when the root sums one value under several relabelings,
-   ``Σ_π r_π π(Y)``, the ``Y`` reads instead, so ``Y`` is built once per batch and
-   permuted whole), the root node always (``"top"``), or every summand of its top-level
+   (``external_site="root"``; when the root sums values under several relabelings,
+   ``Σ_π r_π π(Y) + ...``, each summand instead, so ``Y`` is built once per batch and
+   permuted whole, and a summand read once, beside them, opens its own loops), the root
+   node always (``"top"``), or every summand of its top-level
    sum chain
    (``external_site="term"``) — every result index whose space is batched in the
    external role opens its own loop, in the node's canonical index order. A doubles
@@ -161,7 +162,7 @@ def summed_indices(node: EvalNode) -> tuple[Index, ...]:
 
 
 def permuted_summands(top: EvalNode) -> set[int]:
-    """Positions of the summands of ``top`` when each reads a value read more than once.
+    """Positions of the summands of ``top`` when some value is read more than once.
 
     A sum the forest built as ``Σ_π r_π π(Y) + Σ_σ s_σ σ(Z) ...`` (antisymmetrizers or
     symmetrizers applied once, :mod:`sq_jax.forest._permsum`) reads each of ``Y``, ``Z``
@@ -169,8 +170,11 @@ def permuted_summands(top: EvalNode) -> set[int]:
     batch in every orientation and build ``Y`` once per orientation (CCSD's R2 cost 2.5x
     its FLOPs with ``a`` batched); opened at the reads, the loops of the reads of one
     value fold into one loop nest that builds it once, batch by batch, and the
-    permutations are applied to the whole value after it. Returns the empty set for any
-    other sum (a summand read once keeps the root as the site).
+    permutations are applied to the whole value after it. A summand read once beside
+    them is a site of its own: closed-shell CCSD's R2 is ``Y + P(Y)`` plus two singles
+    terms that the forest did not pair, and with the root as the site every term of
+    ``Y`` was built twice (benzene/cc-pVDZ sizes, ``i`` in 7 external batches: 1.75x the
+    FLOPs). Returns the empty set for a sum that reads every value once.
 
     Example:
         >>> import sq_jax as sq
@@ -197,8 +201,8 @@ def permuted_summands(top: EvalNode) -> set[int]:
     counts: dict[str, int] = {}
     for _, n in summands:
         counts[n.key] = counts.get(n.key, 0) + 1
-    if len(summands) < 2 or min(counts.values()) < 2:
-        return set()
+    if len(summands) < 2 or max(counts.values()) < 2:
+        return set()  # nothing permuted: the root is the site
     return {p for p, _ in summands}
 
 
