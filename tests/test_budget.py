@@ -561,3 +561,22 @@ def test_a_mesh_program_unchecked_by_xla_keeps_the_headroom():
     forest = sq.build_forest(sq.parse(text), spaces)
     assert prog.schedule.annotated.plan == plan_for_budget(forest, "1 MiB")
     assert math.ceil(prog.memory_bytes * XLA_HEADROOM) <= 1 << 20
+
+
+def test_closed_shell_ccsd_at_half_its_memory_builds_each_symmetrized_term_once():
+    """Closed-shell R2 is ``Y + P(Y)`` plus two singles terms read once: the external
+    loops open at every summand, so each term of ``Y`` is built once per batch (before,
+    at the root, twice: 1.5x the FLOPs at these extents)."""
+    spaces = sq.Spaces(i=4, a=10)
+    forest = sq.build_forest(sq.parse(load_equations("ccsd_cs")), spaces)
+    budget = required_bytes(schedule_forest(forest, BatchPlan())) // 2
+    plan = plan_for_budget(forest, budget, step_cost=0)
+    sf = schedule_forest(forest, plan)
+    assert required_bytes(sf) <= budget
+    assert schedule_flops(sf) <= 1.05 * forest.flops
+    rng = np.random.default_rng(4)
+    x = {s.block_key: rng.standard_normal(s.shape) for s in input_specs(forest)}
+    got = sq.compile(load_equations("ccsd_cs"), spaces, batch=plan)(x)
+    want = sq.evaluate_reference(forest, None, x)
+    for name, ref in want.items():
+        np.testing.assert_allclose(got[name], ref, rtol=1e-11, atol=1e-12, err_msg=name)
