@@ -20,7 +20,7 @@ from sq_jax.plan import BatchPlan, SpaceBatch
 from sq_jax.schedule import schedule_forest
 from sq_jax.schedule.cost import flop_terms, schedule_flops
 from tests.helpers.flops_oracle import static_flops
-from tests.helpers.schedule_corpus import TEXT_CASES, random_case, text_case
+from tests.helpers.schedule_corpus import TEXT_CASES, random_blocks, random_case, text_case
 
 CCSD_SPACES = sq.Spaces(i=4, a=8)
 """Small enough to plan in seconds; the planner's cost is the number of schedules, which
@@ -574,8 +574,7 @@ def test_closed_shell_ccsd_at_half_its_memory_builds_each_symmetrized_term_once(
     sf = schedule_forest(forest, plan)
     assert required_bytes(sf) <= budget
     assert schedule_flops(sf) <= 1.05 * forest.flops
-    rng = np.random.default_rng(4)
-    x = {s.block_key: rng.standard_normal(s.shape) for s in input_specs(forest)}
+    x = random_blocks(forest, seed=4)
     got = sq.compile(load_equations("ccsd_cs"), spaces, batch=plan)(x)
     want = sq.evaluate_reference(forest, None, x)
     for name, ref in want.items():

@@ -7,7 +7,6 @@ import pytest
 
 import sq_jax as sq
 from sq_jax.expr.nodes import Index
-from sq_jax.forest.inputs import input_specs
 from sq_jax.plan import (
     BatchPlan,
     LoopKind,
@@ -22,7 +21,7 @@ from sq_jax.plan import (
 from sq_jax.plan.annotate import permuted_summands
 from sq_jax.schedule import schedule_forest
 from sq_jax.schedule.cost import schedule_flops
-from tests.helpers.schedule_corpus import SPACES, forest_of, leaf, mul, text_case
+from tests.helpers.schedule_corpus import SPACES, forest_of, leaf, mul, random_blocks, text_case
 
 
 def test_space_batch_sizes_with_remainders():
@@ -144,13 +143,12 @@ def test_a_sum_with_a_lone_summand_opens_at_the_permuted_reads():
     spaces = sq.Spaces(i=2, a=8)
     forest = sq.build_forest(sq.parse(text), spaces)
     assert len(permuted_summands(forest.roots[0].node)) == 3  # f g twice, f h once
+    x = random_blocks(forest, seed=3)
+    want = sq.evaluate_reference(forest, None, x)["R"]
     flops = {}
     for site in ("root", "top"):
         plan = BatchPlan.of({"a": {"batches": 4, "roles": "external"}}, external_site=site)
         flops[site] = schedule_flops(schedule_forest(forest, plan))
-        prog = sq.compile(text, spaces, batch=plan)
-        rng = np.random.default_rng(3)
-        x = {s.block_key: rng.standard_normal(s.shape) for s in input_specs(forest)}
-        want = sq.evaluate_reference(forest, None, x)["R"]
-        np.testing.assert_allclose(prog(x)["R"], want, rtol=1e-12, atol=1e-12)
+        got = sq.compile(text, spaces, batch=plan)(x)["R"]
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     assert flops["root"] == forest.flops < flops["top"]
