@@ -25,12 +25,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
 from ..forest.denominators import build_denominator
 from ..forest.reference import scalar_value
 from ..schedule.ir import LoopId
+from .block_pairs import block_pair_product
 from .copies import copy_of
 from .gemm import GemmPlan
 from .ir import Accumulate, Combine, Contract, Instr, Loop, Read, Term
@@ -407,7 +409,13 @@ def run_loop(loop: Loop, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> 
     full size and starts at ``extent - block``, overlapping the previous one: summed
     overlap is masked to zero, scattered overlap dropped. Values in ``carries`` are
     invariant to the loop: the last batch's copy is kept.
+
+    The outer loop of a nest marked for block pairs (:attr:`Loop.block_pair_nest`) runs
+    :func:`_run_block_pairs` instead.
     """
+    nest = loop.block_pair_nest
+    if nest is not None:
+        return _run_block_pairs(loop, *nest, env, ctx, run)
     made = {
         key: jnp.transpose(run.read(Read(0, key[0]), env, ctx, run.blocks, run.dtype), key[1])
         for key in loop.copies
@@ -493,3 +501,40 @@ def run_loop(loop: Loop, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> 
     out.update(zip(carries, cross, strict=True))
     out.update((v, f) for (v, _), f in zip(scatters, full, strict=True))
     return out
+
+
+def _run_block_pairs(
+    outer: Loop, inner: Loop, ins: Contract, env: Mapping[int, Any], ctx: Ctx, run: RunSettings
+) -> dict[int, Any]:
+    """The nest ``outer`` > ``inner`` > ``ins`` over block pairs ``P ≤ Q`` (:mod:`..block_pairs`).
+
+    One ``lax.fori_loop`` over the ``nb(nb+1)/2`` pairs; each iteration reads the batch
+    ``(P, Q)`` and the batch ``(Q, P)`` of both operands. Every batch has the full block
+    size: a last, smaller one starts at ``extent - block`` and its overlap is masked
+    (:attr:`Contract.masks`), as in :func:`run_loop`.
+    """
+    plan = ins.block_pairs
+    assert plan is not None
+    block, extent = outer.block, outer.extent
+    overlap = extent % block != 0
+    rows, cols = (jnp.asarray(x) for x in np.triu_indices(outer.num_batches))
+
+    def batch_of(k: Any) -> tuple[Any, int, Any]:
+        start = jnp.minimum(k * block, extent - block)
+        return start, block, (k * block - start if overlap else None)
+
+    def pair(p: Any, q: Any) -> tuple[Any, Any, Any]:
+        here = _operands(ins, env, {**ctx, outer.loop: batch_of(p), inner.loop: batch_of(q)}, run)
+        there = _operands(ins, env, {**ctx, outer.loop: batch_of(q), inner.loop: batch_of(p)}, run)
+        factor = jnp.where(p == q, 1.0, 2.0)
+        x = block_pair_product(plan, ins.spec, here, there, factor)
+        return x if run.vary is None else run.vary(x)
+
+    if run.remat:
+        pair = jax.checkpoint(pair, prevent_cse=False)
+    full_ctx = {**ctx, outer.loop: (0, block, None), inner.loop: (0, block, None)}
+    init = jnp.zeros(block_shape(ins.dims, full_ctx), run.dtype)
+    if run.vary is not None:
+        init = run.vary(init)
+    acc = lax.fori_loop(0, rows.shape[0], lambda k, a: a + pair(rows[k], cols[k]), init)
+    return {ins.value_id: acc}

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import string
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .._errors import LoweringError
 from ..expr.nodes import Index
@@ -49,12 +49,19 @@ from ..schedule.ir import BuildStep, LoopId, OutputKind, ScopeBlock
 from ..schedule.rich import OccurrenceRec
 from ..schedule.wellformed import crossings
 from .accumulate import sequence_program
+from .block_pairs import plan_block_pairs
 from .copies import hoist_input_copies, store_for_loop_readers
 from .gemm import plan_gemm
 from .ir import Combine, Contract, Instr, Loop, LoweredProgram, Read, Result
 from .pairs import PairPlan, gather_rate, plan_pairs
 
 __all__ = ["lower_schedule"]
+
+
+BLOCK_PAIRS_MAX_FRACTION = 0.9
+"""A nest runs over block pairs only where that leaves at most this share of its FLOPs
+(:meth:`~sq_jax.lower.block_pairs.BlockPairs.fraction`): the iterations read twice the
+operands, so a smaller saving is not worth it."""
 
 
 def _letters(*groups: Sequence[Index]) -> dict[Index, str]:
@@ -306,6 +313,78 @@ class _Walk:
                 out.append(self.loop(step, state, active))
         return out
 
+    def mark_block_pairs(self, body: Sequence[Instr]) -> tuple[Instr, ...]:
+        """``body`` with every nest that can run over block pairs marked (:mod:`.block_pairs`)."""
+        out: list[Instr] = []
+        for ins in body:
+            if isinstance(ins, Loop):
+                marked = self.block_pair_nest(ins)
+                ins = (
+                    marked
+                    if marked is not None
+                    else replace(ins, body=self.mark_block_pairs(ins.body))
+                )
+            out.append(ins)
+        return tuple(out)
+
+    def block_pair_nest(self, outer: Loop) -> Loop | None:
+        """``outer`` with its product marked for block pairs, or ``None``.
+
+        When ``outer`` holds one loop over the same blocks that holds one product, the
+        two loops cut a summed pair that both operands swap together with a free pair
+        of their own, and the saving passes :data:`BLOCK_PAIRS_MAX_FRACTION`.
+        """
+        if len(outer.body) != 1 or not isinstance(outer.body[0], Loop):
+            return None
+        inner = outer.body[0]
+        if len(inner.body) != 1 or not isinstance(inner.body[0], Contract):
+            return None
+        ins = inner.body[0]
+        shape = (outer.loop[0], outer.extent, outer.block)
+        same = shape == (inner.loop[0], inner.extent, inner.block)
+        escapes = (outer.scatters, outer.carries, outer.copies, inner.scatters, inner.carries)
+        if not same or any(escapes) or inner.copies or ins.pairs is not None:
+            return None
+        sums = ([v for v, _ in outer.sums], [v for v, _ in inner.sums])
+        if sums != ([ins.value_id], [ins.value_id]) or outer.num_batches < 2:
+            return None
+        if any(r.scalar is not None or r.generated for r in ins.operands):
+            return None
+        first = self.sf.rich.cells[ins.value_id].occurrences[0]
+        occs = [self.rec_at[p] for p in first.operand_points]
+        labels = tuple(r.modes(o.carried) for r, o in zip(ins.operands, occs, strict=True))
+        cut: list[dict[LoopId, Index]] = []
+        fixed: set[Index] = {
+            first.carried[a]
+            for a, (_, lp) in enumerate(self.layout_of(ins.value_id))
+            if lp is not None
+        }
+        for r, lab in zip(ins.operands, labels, strict=True):
+            mine = {lp: lab[p] for p, lp in r.slices}
+            cut.append(mine)
+            fixed |= {lab[p] for p, lp in r.slices if lp not in (outer.loop, inner.loop)}
+            fixed |= {lab[p] for p, (_, lp) in enumerate(r.dims) if lp is not None}
+        summed = tuple(cut[0].get(lp) for lp in (outer.loop, inner.loop))
+        if None in summed or tuple(cut[1].get(lp) for lp in (outer.loop, inner.loop)) != summed:
+            return None
+        fixed |= {m for m, _ in first.reduced_slot if m not in summed}
+        keys = [self.symmetries.get(o.node.key, frozenset()) for o in occs]  # type: ignore[union-attr]
+        extent = {ix: self.extent(ix) for lab in labels for ix in lab}
+        plan = plan_block_pairs(
+            inner.loop,
+            summed,  # type: ignore[arg-type]
+            labels,  # type: ignore[arg-type]
+            (occs[0].carried, occs[1].carried),
+            (keys[0], keys[1]),
+            first.carried,
+            extent,
+            frozenset(fixed),
+        )
+        if plan is None or plan.fraction(outer.extent, outer.block) > BLOCK_PAIRS_MAX_FRACTION:
+            return None
+        marked = replace(ins, block_pairs=plan)
+        return replace(outer, body=(replace(inner, body=(marked,)),))
+
     def loop(
         self,
         blk: ScopeBlock,
@@ -438,6 +517,8 @@ def lower_schedule(sf: ScheduledForest, *, sequence: bool = True) -> LoweredProg
     lowered = store_for_loop_readers(lowered)  # (:mod:`.copies`)
     if sf.annotated.plan.copies == "hoisted":
         lowered = hoist_input_copies(lowered)
+    if syms is not None:  # after the copies: the marked product's layouts are final
+        lowered = replace(lowered, body=walk.mark_block_pairs(lowered.body))
     return sequence_sums_of(lowered, sf.annotated.plan.sums) if sequence else lowered
 
 

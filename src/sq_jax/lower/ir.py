@@ -28,6 +28,7 @@ from ..forest.denominators import DENOMINATOR
 from ..forest.nodes import EvalNode
 from ..plan.batch import LoopKind
 from ..schedule.ir import LoopId
+from .block_pairs import BlockPairs
 from .gemm import GemmPlan
 from .pairs import PairPlan
 
@@ -129,6 +130,9 @@ class Contract:
     """With ``pairs``: per operand, the key of an input block holding it already made
     ready (:func:`sq_jax.lower.pairs.ready_operand`; :mod:`sq_jax.lower.prepare`), read
     for the product instead of packing the operand; its derivatives still read it."""
+    block_pairs: BlockPairs | None = None
+    """Set on the one product of a nest of two contracted loops that cut a symmetric
+    summed pair: the outer loop runs over block pairs (:mod:`sq_jax.lower.block_pairs`)."""
 
     def __str__(self) -> str:
         ops = []
@@ -138,7 +142,8 @@ class Contract:
         if self.pairs is not None:
             return f"v{self.value_id} = pairs({self.spec}; {self.pairs}) {ops[0]} {ops[1]}"
         how = "einsum" if self.gemm is None else "gemm"
-        return f"v{self.value_id} = {how}({self.spec}) {ops[0]} {ops[1]}"
+        tail = "" if self.block_pairs is None else f"; {self.block_pairs}"
+        return f"v{self.value_id} = {how}({self.spec}) {ops[0]} {ops[1]}{tail}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +227,24 @@ class Loop:
         """
         return self.remainder > 0 and not any(isinstance(i, Loop) for i in self.body)
 
+    @property
+    def block_pair_nest(self) -> tuple[Loop, Contract] | None:
+        """``(inner loop, product)`` when this loop runs over block pairs, else ``None``.
+
+        The outer loop of a nest whose inner loop holds one product marked with
+        :attr:`Contract.block_pairs` (:mod:`sq_jax.lower.block_pairs`).
+        """
+        if len(self.body) != 1 or not isinstance(self.body[0], Loop):
+            return None
+        inner = self.body[0]
+        if len(inner.body) != 1 or not isinstance(inner.body[0], Contract):
+            return None
+        product = inner.body[0]
+        plan = product.block_pairs
+        if plan is None or plan.inner != inner.loop:
+            return None
+        return inner, product
+
     def lines(self, indent: int = 0) -> list[str]:
         """The loop as indented text lines."""
         pad = "  " * indent
@@ -230,6 +253,9 @@ class Loop:
         if self.copies:
             made = (f"{key}.T{perm}".replace(" ", "") for key, perm in self.copies)
             head += ", copies " + ", ".join(made)
+        nest = self.block_pair_nest
+        if nest is not None:
+            head += f", over block pairs with {nest[0].loop[0]}#{nest[0].loop[1]}"
         out = [head]
         for ins in self.body:
             out += ins.lines(indent + 1) if hasattr(ins, "lines") else [f"{pad}  {ins}"]

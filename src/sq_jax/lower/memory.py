@@ -245,6 +245,8 @@ def _copies(ins: Contract | Combine) -> list[tuple[_CopyKey, Read, Counter]]:
         return built  # XLA fuses slicing and transposes into the elementwise sum
     if ins.pairs is not None:
         return built + _pair_buffers(ins)
+    if ins.block_pairs is not None:
+        return built + _block_pair_buffers(ins)
     perms = ins.gemm.perms if ins.gemm is not None else (None, None)
     masked = {k for k, _, _ in ins.masks}
     out = built
@@ -304,6 +306,26 @@ def _pair_buffers(ins: Contract) -> list[tuple[_CopyKey, Read, Counter]]:
             key = (ins.value_id, "half unpacked", (), ins.value_id)
             half = packed_share([plan.fills[1].pack])
             out.append((key, Read(ins.value_id), _scaled(_size(ins.dims), half)))
+    return out
+
+
+def _block_pair_buffers(ins: Contract) -> list[tuple[_CopyKey, Read, Counter]]:
+    """A product run over block pairs: its buffers in one iteration (:mod:`.block_pairs`).
+
+    Per operand its two parts (packed when its free pair is; XLA fuses the slices of the
+    batches ``(P, Q)`` and ``(Q, P)`` into them), and the two packed products, last.
+    """
+    plan = ins.block_pairs
+    assert plan is not None
+    out = []
+    for k, read in enumerate(ins.operands):
+        source = read.input_key if read.input_key is not None else read.value_id
+        size = _read_size(read)
+        n = plan.extents[k]
+        share = 2 * ((n + 1) / (2 * n) if plan.free[k] is not None else 1.0)
+        out.append(((source, "parts", read.slices, ins.value_id), read, _scaled(size, share)))
+    key = (ins.value_id, "packed products", (), ins.value_id)
+    out.append((key, Read(ins.value_id), _scaled(_size(ins.dims), 2 * plan.share)))
     return out
 
 
@@ -542,6 +564,17 @@ class _Walker:
             after.append((f"v{v} (moved into place after {name})", moved))
         keep = {v for v, _ in (*lp.sums, *lp.carries)} | {v for v, _, _ in lp.scatters}
         inner.extend(item for v, item in outputs.items() if v not in {w for w, _, _ in lp.scatters})
+        nest = lp.block_pair_nest
+        if nest is not None:  # one loop over block pairs, no inner sums (:mod:`.block_pairs`)
+            product = nest[1]
+            made = done | frozenset(key for key, _ in hoisted.values())
+            *parts, packed = self.copies(product, made)
+            # the parts die with the products; the unpacking then reads the products
+            # into the iteration's result (XLA fuses their sum and difference into it)
+            self.emit([*inner, *parts, packed], f"{product} (parts)")
+            result = (f"v{product.value_id}", _size(product.dims))
+            self.emit([*inner, packed, result], str(product))
+            return outputs
         self.body(lp.body, inner, keep, done | frozenset(key for key, _ in hoisted.values()))
         if any(+c for _, c in after):
             self.emit([*inner, *after], f"after {name}")

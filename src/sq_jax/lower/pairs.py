@@ -720,7 +720,8 @@ def _unfold(keep: Any, swap: Any, at: int, n: int, sign: int) -> Any:
 def pair_shares(lowered: Any) -> dict[int, float]:
     """Per value id of a packed product, anywhere in ``lowered``: its share of the FLOPs.
 
-    The share is :attr:`PairPlan.fraction` of the plain product's.
+    The share is :attr:`PairPlan.fraction` of the plain product's, or for a product run
+    over block pairs :meth:`~sq_jax.lower.block_pairs.BlockPairs.fraction` of its nest's.
 
     Example:
         >>> import sq_jax as sq
@@ -734,6 +735,10 @@ def pair_shares(lowered: Any) -> dict[int, float]:
         ins = stack.pop()
         body = getattr(ins, "body", None)
         if body is not None:  # a loop
+            nest = ins.block_pair_nest  # its product over block pairs (:mod:`.block_pairs`)
+            if nest is not None:
+                out[nest[1].value_id] = nest[1].block_pairs.fraction(ins.extent, ins.block)
+                continue
             stack.extend(body)
         elif hasattr(ins, "terms"):  # a sequenced sum
             stack.extend(i for t in ins.terms for i in t.body)

@@ -406,8 +406,10 @@ def make_program(
     else:
         from dataclasses import replace
 
-        from .shard import peak_bytes_per_device, sharded_inputs
+        from .shard import peak_bytes_per_device, root_nests_plain, sharded_inputs
 
+        lowered = root_nests_plain(lowered)  # each device runs a share of a root loop
+        run = partial(_evaluate, lowered, sf.annotated.forest, remat)
         shard = replace(shard, inputs=sharded_inputs(lowered, shard.size))
         fn = AotJit(partial(run, shard=shard))
         per_device = peak_bytes_per_device(sf, lowered, shard.size)

@@ -204,6 +204,33 @@ def make_shard_plan(
     return ShardPlan(mesh, str(mesh.axis_names[0]))
 
 
+def root_nests_plain(lowered: LoweredProgram) -> LoweredProgram:
+    """``lowered`` with its root loops' block-pair marks removed (:mod:`.block_pairs`).
+
+    A root loop's batches are split over the mesh, each device running its share of
+    the body, so a root nest runs plainly there; its FLOPs are then the plain ones.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> text = "R{a1,a2;i1,i2} = g{a1,a2;a3,a4} t{a3,a4;i1,i2}"
+        >>> plan = {"a": {"batches": 3, "roles": "contracted"}}
+        >>> prog = sq.compile(text, sq.Spaces(i=3, a=10), pair_symmetry=True, batch=plan)
+        >>> prog.lowered.body[0].block_pair_nest is None
+        False
+        >>> root_nests_plain(prog.lowered).body[0].block_pair_nest is None
+        True
+    """
+    body = []
+    for ins in lowered.body:
+        nest = ins.block_pair_nest if isinstance(ins, Loop) else None
+        if nest is not None:
+            inner, product = nest
+            plain = replace(product, block_pairs=None)
+            ins = replace(ins, body=(replace(inner, body=(plain,)),))
+        body.append(ins)
+    return replace(lowered, body=tuple(body))
+
+
 # -- tracing -------------------------------------------------------------------------------
 
 
