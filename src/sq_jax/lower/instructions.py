@@ -334,12 +334,10 @@ class _Walk:
         two loops cut a summed pair that both operands swap together with a free pair
         of their own, and the saving passes :data:`BLOCK_PAIRS_MAX_FRACTION`.
         """
-        if len(outer.body) != 1 or not isinstance(outer.body[0], Loop):
+        nest = outer.product_nest
+        if nest is None:
             return None
-        inner = outer.body[0]
-        if len(inner.body) != 1 or not isinstance(inner.body[0], Contract):
-            return None
-        ins = inner.body[0]
+        inner, ins = nest
         shape = (outer.loop[0], outer.extent, outer.block)
         same = shape == (inner.loop[0], inner.extent, inner.block)
         escapes = (outer.scatters, outer.carries, outer.copies, inner.scatters, inner.carries)

@@ -228,22 +228,26 @@ class Loop:
         return self.remainder > 0 and not any(isinstance(i, Loop) for i in self.body)
 
     @property
+    def product_nest(self) -> tuple[Loop, Contract] | None:
+        """``(inner loop, product)`` when this loop holds one loop holding one product."""
+        if len(self.body) != 1 or not isinstance(self.body[0], Loop):
+            return None
+        inner = self.body[0]
+        if len(inner.body) != 1 or not isinstance(inner.body[0], Contract):
+            return None
+        return inner, inner.body[0]
+
+    @property
     def block_pair_nest(self) -> tuple[Loop, Contract] | None:
         """``(inner loop, product)`` when this loop runs over block pairs, else ``None``.
 
         The outer loop of a nest whose inner loop holds one product marked with
         :attr:`Contract.block_pairs` (:mod:`sq_jax.lower.block_pairs`).
         """
-        if len(self.body) != 1 or not isinstance(self.body[0], Loop):
+        nest = self.product_nest
+        if nest is None or nest[1].block_pairs is None or nest[1].block_pairs.inner != nest[0].loop:
             return None
-        inner = self.body[0]
-        if len(inner.body) != 1 or not isinstance(inner.body[0], Contract):
-            return None
-        product = inner.body[0]
-        plan = product.block_pairs
-        if plan is None or plan.inner != inner.loop:
-            return None
-        return inner, product
+        return nest
 
     def lines(self, indent: int = 0) -> list[str]:
         """The loop as indented text lines."""
