@@ -332,7 +332,8 @@ class _Walk:
 
         When ``outer`` holds one loop over the same blocks that holds one product, the
         two loops cut a summed pair that both operands swap together with a free pair
-        of their own, and the saving passes :data:`BLOCK_PAIRS_MAX_FRACTION`.
+        of their own, the saving passes :data:`BLOCK_PAIRS_MAX_FRACTION`, and it pays
+        for the parts it writes (:meth:`~sq_jax.lower.block_pairs.BlockPairs.gain`).
         """
         nest = outer.product_nest
         if nest is None:
@@ -380,6 +381,8 @@ class _Walk:
         )
         if plan is None or plan.fraction(outer.extent, outer.block) > BLOCK_PAIRS_MAX_FRACTION:
             return None
+        if plan.gain(outer.extent, outer.block, extent) <= 0:
+            return None  # its parts cost more than the FLOPs it saves
         marked = replace(ins, block_pairs=plan)
         return replace(outer, body=(replace(inner, body=(marked,)),))
 

@@ -214,7 +214,7 @@ def root_nests_plain(lowered: LoweredProgram) -> LoweredProgram:
         >>> import sq_jax as sq
         >>> text = "R{a1,a2;i1,i2} = g{a1,a2;a3,a4} t{a3,a4;i1,i2}"
         >>> plan = {"a": {"batches": 3, "roles": "contracted"}}
-        >>> prog = sq.compile(text, sq.Spaces(i=3, a=10), pair_symmetry=True, batch=plan)
+        >>> prog = sq.compile(text, sq.Spaces(i=10, a=20), pair_symmetry=True, batch=plan)
         >>> prog.lowered.body[0].block_pair_nest is None
         False
         >>> root_nests_plain(prog.lowered).body[0].block_pair_nest is None
