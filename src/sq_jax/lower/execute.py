@@ -523,7 +523,7 @@ def _run_block_pairs(
         start = jnp.minimum(k * block, extent - block)
         return start, block, (k * block - start if overlap else None)
 
-    def pair(p: Any, q: Any) -> tuple[Any, Any, Any]:
+    def pair(p: Any, q: Any) -> Any:
         here = _operands(ins, env, {**ctx, outer.loop: batch_of(p), inner.loop: batch_of(q)}, run)
         there = _operands(ins, env, {**ctx, outer.loop: batch_of(q), inner.loop: batch_of(p)}, run)
         factor = jnp.where(p == q, 1.0, 2.0)

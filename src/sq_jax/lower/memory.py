@@ -564,10 +564,10 @@ class _Walker:
             after.append((f"v{v} (moved into place after {name})", moved))
         keep = {v for v, _ in (*lp.sums, *lp.carries)} | {v for v, _, _ in lp.scatters}
         inner.extend(item for v, item in outputs.items() if v not in {w for w, _, _ in lp.scatters})
+        made = done | frozenset(key for key, _ in hoisted.values())
         nest = lp.block_pair_nest
         if nest is not None:  # one loop over block pairs, no inner sums (:mod:`.block_pairs`)
             product = nest[1]
-            made = done | frozenset(key for key, _ in hoisted.values())
             *parts, packed = self.copies(product, made)
             # the parts die with the products; the unpacking then reads the products
             # into the iteration's result (XLA fuses their sum and difference into it)
@@ -575,7 +575,7 @@ class _Walker:
             result = (f"v{product.value_id}", _size(product.dims))
             self.emit([*inner, packed, result], str(product))
             return outputs
-        self.body(lp.body, inner, keep, done | frozenset(key for key, _ in hoisted.values()))
+        self.body(lp.body, inner, keep, made)
         if any(+c for _, c in after):
             self.emit([*inner, *after], f"after {name}")
         if not any(isinstance(sub, Loop) for sub in lp.body):  # peeled: see Loop.peel
