@@ -69,12 +69,12 @@ def test_the_ladder_over_block_pairs_equals_einsum(a, roles, monkeypatch):
     plain = _unmarked(monkeypatch, build)
     assert not _nests(plain)
     assert prog.flops < plain.flops
-    # the nest's FLOPs: (nb + 1) / nb times the packed share of the plain nest's, over
+    # the nest's FLOPs: (1 + 1 / (nb b)) times the packed share of the plain nest's, over
     # whole blocks (4 x 4 = 16 rows of 15 when the last batch overlaps)
     share = (a + 1) / (2 * a) if roles == "contracted" else 1.0
-    rows = 4 * -(-a // 4)
-    expected = (4 + 1) / 4 * share * (6 + 1) / 12 * (rows / a) ** 2
     block = -(-a // 4)
+    rows = 4 * block
+    expected = (1 + 1 / rows) * share * (6 + 1) / 12 * (rows / a) ** 2
     assert product.block_pairs.fraction(a, block) == pytest.approx(expected)
 
 

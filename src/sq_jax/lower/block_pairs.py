@@ -15,9 +15,10 @@ symmetry. The saving does: when ``B`` swaps ``(c, d)`` together with a free pair
 own (``τ_cd^ij = τ_dc^ji``), ``B^±`` is symmetric (``+``) or antisymmetric (``-``) in
 ``(i, j)`` alone, so both products are computed for ``i ≤ j`` only and the rest is filled
 by that sign; likewise ``A``'s free pair when no other loop cuts it. So the nest runs
-``nb(nb+1)/2`` iterations instead of ``nb²``, each two products of about half (a quarter,
-with both free pairs) the size of one plain batch: ``(nb + 1) / nb`` times the packed
-share of the plain nest's FLOPs (:meth:`BlockPairs.fraction`).
+``nb(nb-1)/2`` iterations over pairs ``P < Q``, each two products of about half (a
+quarter, with both free pairs) the size of one plain batch, and ``nb`` over blocks
+``P``, summed over ``c ≤ d`` inside the block: about the packed share of the plain
+nest's FLOPs (:meth:`BlockPairs.fraction`).
 
 The lowering marks the product (:attr:`sq_jax.lower.ir.Contract.block_pairs`);
 :func:`sq_jax.lower.execute.run_loop` runs the outer loop of a marked nest this way. The
@@ -95,21 +96,23 @@ class BlockPairs:
     def fraction(self, extent: int, block: int) -> float:
         """The nest's FLOPs over the plain nest's, ``extent`` elements in blocks of ``block``.
 
-        ``(nb + 1) / nb`` times :attr:`share`, and every iteration multiplies whole
-        blocks: a last, smaller batch overlaps the one before (masked), so each loop
-        covers ``nb · block`` elements rather than ``extent``.
+        Each pair ``P < Q`` runs two products at :attr:`share` of its two plain batches;
+        each block ``P`` two products over ``k1 ≤ k2``, ``(b + 1) / (2b)`` of its plain
+        batch each: in all ``(1 + 1 / (nb · b))`` times :attr:`share`. Every iteration
+        multiplies whole blocks: a last, smaller batch overlaps the one before (masked),
+        so each loop covers ``nb · block`` elements rather than ``extent``.
 
         Example:
             >>> a = [Index("a", n) for n in range(1, 5)]
             >>> free = (None, (a[0], a[1]))
             >>> plan = BlockPairs(("a", 1), (a[2], a[3]), free, (1, 1), (0, 9), ((), ()))
-            >>> round(plan.fraction(15, 3), 4)  # (5 + 1) / 5 * 10 / 18
-            0.6667
+            >>> round(plan.fraction(15, 3), 4)  # (1 + 1 / 15) * 10 / 18
+            0.5926
             >>> round(plan.fraction(14, 3), 4)  # the last batch overlaps: 15 of 14 rows
-            0.7653
+            0.6803
         """
         batches = -(-extent // block)
-        return (batches + 1) / batches * self.share * (batches * block / extent) ** 2
+        return (1 + 1 / (batches * block)) * self.share * (batches * block / extent) ** 2
 
     def gain(self, extent: int, block: int, sizes: Mapping[Index, int]) -> float:
         """Seconds the nest saves per run: FLOPs saved less the parts its iterations write.
@@ -117,7 +120,7 @@ class BlockPairs:
         Priced as :func:`~sq_jax.lower.pairs.plan_pairs` prices a packing (at
         :data:`~sq_jax.lower.pairs.FLOP_RATE` and :data:`~sq_jax.lower.pairs.GATHER_RATE`,
         over full extents ``sizes``): each iteration writes both operands' two parts, so
-        the nest writes ``(nb + 1) / nb`` times each operand at its packed share. Where
+        the nest writes each operand about once, at its packed share. Where
         the product is small beside its operands (few occupied orbitals) the parts cost
         more than the FLOPs they save (measured: the ladder at o = 4, v = 93, ``a`` in 3
         batches, 0.33 s over block pairs against 0.15 s plain).
@@ -141,7 +144,8 @@ class BlockPairs:
         written = 0.0
         for labels, pair, n in zip(self.labels, self.free, self.extents, strict=True):
             share = (n + 1) / (2 * n) if pair is not None else 1.0
-            written += (batches + 1) / batches * 8 * math.prod(sizes[ix] for ix in labels) * share
+            whole = 8 * math.prod(sizes[ix] for ix in labels)
+            written += (1 + 1 / (batches * block)) * whole * share
         saved = flops * (1 - self.fraction(extent, block))
         return saved / _pairs.FLOP_RATE - written / _pairs.GATHER_RATE
 
@@ -239,13 +243,14 @@ def block_pair_product(
     here: Sequence[Any],
     swapped: Sequence[Any],
     factor: Any,
+    diagonal: bool = False,
 ) -> Any:
     """One iteration ``(P, Q)``: ``factor · Σ (A⁺B⁺ + A⁻B⁻)`` in ``spec``'s output order.
 
     ``here`` are the operands of the batch ``(P, Q)`` (``k1 ∈ P``, ``k2 ∈ Q``),
     ``swapped`` those of ``(Q, P)``; ``factor`` is 2 for ``P < Q`` and 1 for ``P = Q``.
     The value equals ``factor / 2`` times the plain products of both batches, which is
-    also its derivative.
+    also its derivative. ``diagonal`` (``P = Q``): the sum runs over ``k1 ≤ k2`` only.
 
     Example:
         >>> a = [Index("a", n) for n in range(1, 5)]
@@ -265,7 +270,7 @@ def block_pair_product(
 
     @jax.custom_jvp
     def packed(x0: Any, x1: Any, y0: Any, y1: Any, f: Any) -> Any:
-        return f * _packed(plan, spec, (x0, x1), (y0, y1))
+        return f * _packed(plan, spec, (x0, x1), (y0, y1), diagonal)
 
     def plain(x0: Any, x1: Any, y0: Any, y1: Any) -> Any:
         return 0.5 * (
@@ -289,11 +294,18 @@ def block_pair_product(
     return packed(here[0], here[1], swapped[0], swapped[1], jnp.asarray(factor, here[0].dtype))
 
 
-def _packed(plan: BlockPairs, spec: str, here: Sequence[Any], swapped: Sequence[Any]) -> Any:
-    """``Σ (A⁺B⁺ + A⁻B⁻)`` over the batch, free pairs packed, in ``spec``'s output order."""
+def _packed(
+    plan: BlockPairs, spec: str, here: Sequence[Any], swapped: Sequence[Any], diagonal: bool
+) -> Any:
+    """``Σ (A⁺B⁺ + A⁻B⁻)`` over the batch, free pairs packed, in ``spec``'s output order.
+
+    ``diagonal``: the batch ``(P, P)``, summed over ``k1 ≤ k2`` only, twice off the
+    diagonal (``A⁺B⁺`` and ``A⁻B⁻`` are both symmetric in ``(k1, k2)``).
+    """
     by_letter = _spec_labels(spec, plan.labels)
     letter_of = {ix: c for c, ix in by_letter.items()}
     unused = iter(c for c in string.ascii_letters if c not in by_letter)
+    summed_mark = next(unused)
     lhs, out_letters = spec.split("->")
     k1, k2 = plan.summed
     plus, minus, operands = [], [], []
@@ -315,6 +327,15 @@ def _packed(plan: BlockPairs, spec: str, here: Sequence[Any], swapped: Sequence[
             letters = [*kept, mark]
         else:
             marks.append(None)
+        if diagonal:  # the pair (k1, k2) to k1 <= k2, weighted in operand 0
+            c1, c2 = letters.index(letter_of[k1]), letters.index(letter_of[k2])
+            b = parts[0].shape[c1]
+            rows, cols = np.triu_indices(b)
+            parts = [jnp.moveaxis(p, (c1, c2), (-2, -1))[..., rows, cols] for p in parts]
+            if k == 0:
+                weight = jnp.asarray(np.where(rows == cols, 1.0, 2.0), parts[0].dtype)
+                parts = [p * weight for p in parts]
+            letters = [c for j, c in enumerate(letters) if j not in (c1, c2)] + [summed_mark]
         plus.append(parts[0])
         minus.append(parts[1])
         operands.append("".join(letters))

@@ -508,8 +508,9 @@ def _run_block_pairs(
 ) -> dict[int, Any]:
     """The nest ``outer`` > ``inner`` > ``ins`` over block pairs ``P ≤ Q`` (:mod:`..block_pairs`).
 
-    One ``lax.fori_loop`` over the ``nb(nb+1)/2`` pairs; each iteration reads the batch
-    ``(P, Q)`` and the batch ``(Q, P)`` of both operands. Every batch has the full block
+    One ``lax.fori_loop`` over the ``nb`` blocks ``P`` (the batch ``(P, P)``, summed over
+    ``k1 ≤ k2``), one over the ``nb(nb-1)/2`` pairs ``P < Q``: each iteration reads the
+    batch ``(P, Q)`` and the batch ``(Q, P)`` of both operands. Every batch has the full block
     size: a last, smaller one starts at ``extent - block`` and its overlap is masked
     (:attr:`Contract.masks`), as in :func:`run_loop`.
     """
@@ -517,24 +518,30 @@ def _run_block_pairs(
     assert plan is not None
     block, extent = outer.block, outer.extent
     overlap = extent % block != 0
-    rows, cols = (jnp.asarray(x) for x in np.triu_indices(outer.num_batches))
+    rows, cols = (jnp.asarray(x) for x in np.triu_indices(outer.num_batches, 1))
 
     def batch_of(k: Any) -> tuple[Any, int, Any]:
         start = jnp.minimum(k * block, extent - block)
         return start, block, (k * block - start if overlap else None)
 
-    def pair(p: Any, q: Any) -> Any:
+    def pair(p: Any, q: Any) -> Any:  # P < Q: the batches (P, Q) and (Q, P)
         here = _operands(ins, env, {**ctx, outer.loop: batch_of(p), inner.loop: batch_of(q)}, run)
         there = _operands(ins, env, {**ctx, outer.loop: batch_of(q), inner.loop: batch_of(p)}, run)
-        factor = jnp.where(p == q, 1.0, 2.0)
-        x = block_pair_product(plan, ins.spec, here, there, factor)
+        x = block_pair_product(plan, ins.spec, here, there, 2.0)
+        return x if run.vary is None else run.vary(x)
+
+    def diagonal(p: Any) -> Any:  # P = P: the batch alone, over k1 <= k2
+        here = _operands(ins, env, {**ctx, outer.loop: batch_of(p), inner.loop: batch_of(p)}, run)
+        x = block_pair_product(plan, ins.spec, here, here, 1.0, diagonal=True)
         return x if run.vary is None else run.vary(x)
 
     if run.remat:
         pair = jax.checkpoint(pair, prevent_cse=False)
+        diagonal = jax.checkpoint(diagonal, prevent_cse=False)
     full_ctx = {**ctx, outer.loop: (0, block, None), inner.loop: (0, block, None)}
     init = jnp.zeros(block_shape(ins.dims, full_ctx), run.dtype)
     if run.vary is not None:
         init = run.vary(init)
-    acc = lax.fori_loop(0, rows.shape[0], lambda k, a: a + pair(rows[k], cols[k]), init)
+    acc = lax.fori_loop(0, outer.num_batches, lambda k, a: a + diagonal(k), init)
+    acc = lax.fori_loop(0, rows.shape[0], lambda k, a: a + pair(rows[k], cols[k]), acc)
     return {ins.value_id: acc}
