@@ -151,13 +151,12 @@ class BlockPairs:
 
     def __str__(self) -> str:
         k1, k2 = self.summed
-        parts = [f"block pairs {k1}<->{k2}"]
-        packed = [
+        packed = (
             f"{p[0]}<={p[1]} {s:+d}"
             for p, s in zip(self.free, self.signs, strict=True)
             if p is not None
-        ]
-        return "; ".join([parts[0], ", ".join(packed)])
+        )
+        return f"block pairs {k1}<->{k2}; " + ", ".join(packed)
 
 
 def plan_block_pairs(
@@ -242,15 +241,14 @@ def block_pair_product(
     spec: str,
     here: Sequence[Any],
     swapped: Sequence[Any],
-    factor: Any,
     diagonal: bool = False,
 ) -> Any:
-    """One iteration ``(P, Q)``: ``factor · Σ (A⁺B⁺ + A⁻B⁻)`` in ``spec``'s output order.
+    """One iteration: the batches ``(P, Q)`` and ``(Q, P)`` together, in ``spec``'s order.
 
     ``here`` are the operands of the batch ``(P, Q)`` (``k1 ∈ P``, ``k2 ∈ Q``),
-    ``swapped`` those of ``(Q, P)``; ``factor`` is 2 for ``P < Q`` and 1 for ``P = Q``.
-    The value equals ``factor / 2`` times the plain products of both batches, which is
-    also its derivative. ``diagonal`` (``P = Q``): the sum runs over ``k1 ≤ k2`` only.
+    ``swapped`` those of ``(Q, P)``: ``2 Σ (A⁺B⁺ + A⁻B⁻)``, the sum of both plain
+    products (also its derivative). ``diagonal`` (``P = Q``, ``swapped`` is ``here``):
+    the batch alone, ``Σ (A⁺B⁺ + A⁻B⁻)`` over ``k1 ≤ k2``, its plain product.
 
     Example:
         >>> a = [Index("a", n) for n in range(1, 5)]
@@ -263,35 +261,34 @@ def block_pair_product(
         >>> rng = np.random.default_rng(0)
         >>> g, t = rng.normal(size=(4,) * 4), rng.normal(size=(4, 4, 3, 3))
         >>> g, t = g + g.transpose(1, 0, 3, 2), t + t.transpose(1, 0, 3, 2)
-        >>> x = block_pair_product(plan, "abcd,cdef->abef", [g, t], [g, t], 1.0)
+        >>> x = block_pair_product(plan, "abcd,cdef->abef", [g, t], [g, t], diagonal=True)
         >>> bool(np.allclose(x, np.einsum("abcd,cdef->abef", g, t)))
         True
     """
+    factor = 1.0 if diagonal else 2.0
 
     @jax.custom_jvp
-    def packed(x0: Any, x1: Any, y0: Any, y1: Any, f: Any) -> Any:
-        return f * _packed(plan, spec, (x0, x1), (y0, y1), diagonal)
+    def packed(x0: Any, x1: Any, y0: Any, y1: Any) -> Any:
+        return factor * _packed(plan, spec, (x0, x1), (y0, y1), diagonal)
 
-    def plain(x0: Any, x1: Any, y0: Any, y1: Any) -> Any:
-        return 0.5 * (
+    def plain(x0: Any, x1: Any, y0: Any, y1: Any) -> Any:  # equal to packed, any inputs
+        return (factor / 2) * (
             jnp.einsum(spec, x0, x1, precision=lax.Precision.HIGHEST)
             + jnp.einsum(spec, y0, y1, precision=lax.Precision.HIGHEST)
         )
 
     def tangent(primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> tuple[Any, Any]:
-        *ops, f = primals
-        dops = [
-            jnp.zeros_like(x) if isinstance(d, SymbolicZero) else d
-            for x, d in zip(ops, tangents[:4], strict=True)
-        ]
-        out = packed(*ops, f)
-        if all(isinstance(d, SymbolicZero) for d in tangents[:4]):
+        out = packed(*primals)
+        if all(isinstance(d, SymbolicZero) for d in tangents):
             return out, jnp.zeros_like(out)
-        _, dout = jax.jvp(plain, tuple(ops), tuple(dops))
-        return out, f * dout
+        dops = tuple(
+            jnp.zeros_like(x) if isinstance(d, SymbolicZero) else d
+            for x, d in zip(primals, tangents, strict=True)
+        )
+        return out, jax.jvp(plain, primals, dops)[1]
 
     packed.defjvp(tangent, symbolic_zeros=True)
-    return packed(here[0], here[1], swapped[0], swapped[1], jnp.asarray(factor, here[0].dtype))
+    return packed(here[0], here[1], swapped[0], swapped[1])
 
 
 def _packed(
@@ -309,7 +306,7 @@ def _packed(
     lhs, out_letters = spec.split("->")
     k1, k2 = plan.summed
     plus, minus, operands = [], [], []
-    marks: list[tuple[str, tuple[str, str], int, int] | None] = []
+    marks: list[tuple[str, tuple[str, str], int, int] | None] = []  # mark, pair, n, sign
     for k in (0, 1):
         letters = list(lhs.split(",")[k])
         axes = (letters.index(letter_of[k1]), letters.index(letter_of[k2]))
@@ -317,25 +314,15 @@ def _packed(
         parts = [(here[k] + other) / 2, (here[k] - other) / 2]
         pair = plan.free[k]
         if pair is not None:
-            f1, f2 = (letters.index(letter_of[ix]) for ix in pair)
-            n = plan.extents[k]
-            rows, cols = np.triu_indices(n)
-            parts = [jnp.moveaxis(p, (f1, f2), (-2, -1))[..., rows, cols] for p in parts]
             mark = next(unused)
-            kept = [c for j, c in enumerate(letters) if j not in (f1, f2)]
-            marks.append((mark, (letters[f1], letters[f2]), n, plan.signs[k]))
-            letters = [*kept, mark]
+            letter_pair = (letter_of[pair[0]], letter_of[pair[1]])
+            marks.append((mark, letter_pair, plan.extents[k], plan.signs[k]))
+            parts, letters = _triangle(parts, letters, marks[-1][1], mark)
         else:
             marks.append(None)
-        if diagonal:  # the pair (k1, k2) to k1 <= k2, weighted in operand 0
-            c1, c2 = letters.index(letter_of[k1]), letters.index(letter_of[k2])
-            b = parts[0].shape[c1]
-            rows, cols = np.triu_indices(b)
-            parts = [jnp.moveaxis(p, (c1, c2), (-2, -1))[..., rows, cols] for p in parts]
-            if k == 0:
-                weight = jnp.asarray(np.where(rows == cols, 1.0, 2.0), parts[0].dtype)
-                parts = [p * weight for p in parts]
-            letters = [c for j, c in enumerate(letters) if j not in (c1, c2)] + [summed_mark]
+        if diagonal:  # the pair (k1, k2) to k1 <= k2, twice off the diagonal in operand 0
+            summed = (letter_of[k1], letter_of[k2])
+            parts, letters = _triangle(parts, letters, summed, summed_mark, weighted=k == 0)
         plus.append(parts[0])
         minus.append(parts[1])
         operands.append("".join(letters))
@@ -349,13 +336,30 @@ def _packed(
     # the later axis first: the earlier one keeps its place (pairs.py, _split_product)
     at_last = len(result) - 1
     if len(done) == 2:
-        (_, p2, n2, s2), (_, p1, n1, s1) = done[0], done[1]
+        (_, p2, n2, s2), (_, p1, n1, s1) = done
         y, z = _unfold(y, z, at_last, n1, s1), _unfold(z, y, at_last, n1, s1)
         x = _unfold(y, z, at_last - 1, n2, s2)
         final = [*result[:-2], *p2, *p1]
     else:
-        (_, p1, n1, s1) = done[0]
+        ((_, p1, n1, s1),) = done
         x = _unfold(y, z, at_last, n1, s1)
-        final = result[:-1] + list(p1)
+        final = [*result[:-1], *p1]
     perm = tuple(final.index(c) for c in out_letters)
     return jnp.transpose(x, perm)
+
+
+def _triangle(
+    parts: list[Any], letters: list[str], pair: tuple[str, str], mark: str, weighted: bool = False
+) -> tuple[list[Any], list[str]]:
+    """``parts`` with the modes ``pair`` gathered to ``x ≤ y`` as one mode ``mark``, last.
+
+    ``weighted``: the off-diagonal elements doubled (a sum over ``x ≤ y`` standing for
+    the whole symmetric sum).
+    """
+    axes = (letters.index(pair[0]), letters.index(pair[1]))
+    rows, cols = np.triu_indices(parts[0].shape[axes[0]])
+    out = [jnp.moveaxis(p, axes, (-2, -1))[..., rows, cols] for p in parts]
+    if weighted:
+        weight = jnp.asarray(np.where(rows == cols, 1.0, 2.0), out[0].dtype)
+        out = [p * weight for p in out]
+    return out, [c for c in letters if c not in pair] + [mark]

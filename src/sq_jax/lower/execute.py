@@ -527,12 +527,12 @@ def _run_block_pairs(
     def pair(p: Any, q: Any) -> Any:  # P < Q: the batches (P, Q) and (Q, P)
         here = _operands(ins, env, {**ctx, outer.loop: batch_of(p), inner.loop: batch_of(q)}, run)
         there = _operands(ins, env, {**ctx, outer.loop: batch_of(q), inner.loop: batch_of(p)}, run)
-        x = block_pair_product(plan, ins.spec, here, there, 2.0)
+        x = block_pair_product(plan, ins.spec, here, there)
         return x if run.vary is None else run.vary(x)
 
     def diagonal(p: Any) -> Any:  # P = P: the batch alone, over k1 <= k2
         here = _operands(ins, env, {**ctx, outer.loop: batch_of(p), inner.loop: batch_of(p)}, run)
-        x = block_pair_product(plan, ins.spec, here, here, 1.0, diagonal=True)
+        x = block_pair_product(plan, ins.spec, here, here, diagonal=True)
         return x if run.vary is None else run.vary(x)
 
     if run.remat:
