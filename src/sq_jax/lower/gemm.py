@@ -101,6 +101,7 @@ def plan_gemm(
     out: Sequence[Index],
     nbytes: tuple[int, int],
     sliced: tuple[bool, bool] = (False, False),
+    free_layout: tuple[bool, bool] = (False, False),
 ) -> GemmPlan | None:
     """The cheapest way to run ``einsum(left, right -> out)`` as one matrix product.
 
@@ -111,6 +112,9 @@ def plan_gemm(
         nbytes: each operand's size, to prefer transposing the smaller one.
         sliced: whether each operand is cut to a batch on use; its slice is a copy
             anyway, so transposing it too costs nothing extra.
+        free_layout: whether each operand's layout is the caller's to choose (a packed operand
+            of :mod:`.pairs`, gathered anew): a transpose is neither a cost nor a copy,
+            so the matrix roles that run fastest win.
 
     Returns:
         The plan, or ``None`` when the contraction is not a plain product (a mode twice
@@ -123,7 +127,9 @@ def plan_gemm(
         >>> g.copies, g.perms
         (1, (None, (0, 2, 1)))
     """
-    return _plan_gemm(tuple(left), tuple(right), tuple(out), tuple(nbytes), tuple(sliced))
+    return _plan_gemm(
+        tuple(left), tuple(right), tuple(out), tuple(nbytes), tuple(sliced), tuple(free_layout)
+    )
 
 
 @functools.lru_cache(maxsize=8192)
@@ -133,6 +139,7 @@ def _plan_gemm(
     out: tuple[Index, ...],
     nbytes: tuple[int, int],
     sliced: tuple[bool, bool],
+    free_layout: tuple[bool, bool],
 ) -> GemmPlan | None:
     # kept per arguments: the budget planner lowers one forest under dozens of plans,
     # and most products meet the same operand layouts in each
@@ -153,23 +160,24 @@ def _plan_gemm(
     orders_k = dict.fromkeys(tuple(ix for ix in side if ix in k_sets) for side in (left, right))
     first_b, first_k = next(iter(orders_b)), next(iter(orders_k))
     for swap, bo, ko in itertools.product((False, True), orders_b, orders_k):
-        lhs, rhs = (right, left) if swap else (left, right)
         forms = []
         perms: list[tuple[int, ...] | None] = []
         labels = []
-        cost = 0
-        for side, want_k_first, size, cut in (
-            (lhs, False, nbytes[1] if swap else nbytes[0], sliced[1] if swap else sliced[0]),
-            (rhs, True, nbytes[0] if swap else nbytes[1], sliced[0] if swap else sliced[1]),
-        ):
+        cost = copies = 0
+        # per matrix role (left, then right): the caller's operand, and its wanted form
+        for k, want_k_first in ((1, False), (0, True)) if swap else ((0, False), (1, True)):
+            side, want = (left, right)[k], "KF" if want_k_first else "FK"
             form = _grouped(side, bo, ko)
             free = tuple(ix for ix in side if ix not in batch_sets and ix not in k_sets)
-            if form is None:
-                target = (*bo, *ko, *free) if want_k_first else (*bo, *free, *ko)
+            target = (*bo, *ko, *free) if want_k_first else (*bo, *free, *ko)
+            # a free operand takes the wanted form: its gather writes any order
+            if form is None or (free_layout[k] and form != want and target != side):
                 perms.append(tuple(side.index(ix) for ix in target))
                 labels.append(target)
-                forms.append("KF" if want_k_first else "FK")
-                cost += 0 if cut else size
+                forms.append(want)
+                if not free_layout[k]:
+                    cost += 0 if sliced[k] else nbytes[k]
+                    copies += 1
             else:
                 perms.append(None)
                 labels.append(tuple(side))
@@ -177,7 +185,6 @@ def _plan_gemm(
         lfree = tuple(ix for ix in labels[0] if ix not in batch_sets and ix not in k_sets)
         rfree = tuple(ix for ix in labels[1] if ix not in batch_sets and ix not in k_sets)
         output = (*bo, *lfree, *rfree)
-        copies = sum(p is not None for p in perms)
         # then the GEMM's own speed: a transposed left matrix runs at about half the
         # rate (measured on CPU: 1.6 vs 0.8 ms for 100x1444x100), a transposed right
         # one a little slower; then the node's own mode order (fewer transposed sums)

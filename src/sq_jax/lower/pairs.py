@@ -477,7 +477,8 @@ def _assemble(
     sizes = [round(nbytes[k] * packed_share(packs[k])) for k in (0, 1)]
     free_pairs = {ix for _, pack, _, _ in fills for ix in pack.labels}
     want = [ix for ix in out if ix not in free_pairs] + [pack.mark for _, pack, _, _ in fills]
-    gemm = plan_gemm(labels[0], labels[1], want, (sizes[0], sizes[1]))
+    free = (bool(packs[0]), bool(packs[1]))  # a gathered operand's order is ours to pick
+    gemm = plan_gemm(labels[0], labels[1], want, (sizes[0], sizes[1]), free_layout=free)
     if gemm is None:
         return None
     output = tuple(gemm.output)
@@ -533,7 +534,7 @@ def _assemble_split(
         labels = [_after(stored[k], packs[k]) for k in (0, 1)]
         sizes = [round(nbytes[k] * packed_share(packs[k])) for k in (0, 1)]
         want = [ix for ix in out if ix not in (f1, f2, g1, g2)] + [pf.mark, pg.mark]
-        gemm = plan_gemm(labels[0], labels[1], want, (sizes[0], sizes[1]))
+        gemm = plan_gemm(labels[0], labels[1], want, (sizes[0], sizes[1]), free_layout=(True, True))
         if gemm is None:
             continue
         output: tuple[Index, ...] = tuple(gemm.output)
