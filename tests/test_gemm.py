@@ -9,7 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import sq_jax as sq
+from sq_jax.cc.equations import load_equations
 from sq_jax.expr.nodes import Index
+from sq_jax.forest.symmetry import symmetric_random_inputs
 from sq_jax.lower.execute import contract
 from sq_jax.lower.gemm import plan_gemm
 from sq_jax.lower.ir import Contract
@@ -120,3 +123,28 @@ def test_not_a_product_falls_back_to_einsum(left, right, out):
 def test_str_names_the_forms():
     a, b, c = LABELS[:3]
     assert str(plan_gemm((a, b), (b, c), (a, c), (1, 1))) == "gemm ab,bc->ac [lhs BFK, rhs BKF]"
+
+
+def test_layouts_a_symmetry_makes_equal_share_one_copy():
+    """``t_ij^ab = t_ji^ba``: closed-shell CCSD reads ``t`` as ``(a, i, b, j)`` and as
+    ``(b, j, a, i)``; both products now transpose it by one permutation (XLA makes one
+    copy), and the residuals stay the plain program's (derivatives:
+    ``test_pairs.py::test_derivatives_are_the_plain_programs_in_every_direction``)."""
+    spaces = sq.Spaces(i=3, a=5)
+    text = load_equations("ccsd_cs")
+    prog = sq.compile(text, spaces, pair_symmetry=True)
+    plain_perms, used_perms = set(), set()
+    for ins in prog.lowered.body:
+        if not isinstance(ins, Contract) or ins.gemm is None:
+            continue
+        for k, r in enumerate(ins.operands):
+            if r.input_key == "t{a,a;i,i}" and ins.gemm.perms[k] is not None:
+                plain_perms.add(ins.gemm.perms[k])
+                used_perms.add(ins.gemm.equal[k] or ins.gemm.perms[k])
+    assert len(used_perms) < len(plain_perms)
+    blocks = symmetric_random_inputs(prog.schedule.annotated.forest, seed=2)
+    want = sq.compile(text, spaces)(blocks)
+    got = prog(blocks)
+    for key in ("E", "R1", "R2"):
+        tol = 1e-12 * (1 + np.abs(want[key]).max())
+        np.testing.assert_allclose(got[key], want[key], rtol=0, atol=tol)

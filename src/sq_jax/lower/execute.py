@@ -124,10 +124,7 @@ def _matrices(plan: GemmPlan, ops: list[Any]) -> tuple[Any, Any, tuple[int, ...]
 
     Returns them and the shape the product comes out in (batch, left free, right free).
     """
-    ops = [
-        x if perm is None else jnp.transpose(x, perm)
-        for x, perm in zip(ops, plan.perms, strict=True)
-    ]
+    ops = [plan.transpose(k, x) for k, x in enumerate(ops)]
     lhs, rhs = (ops[1], ops[0]) if plan.swap else (ops[0], ops[1])
     nb, nfl, nk, nfr = plan.groups
     batch = lhs.shape[:nb]
@@ -206,11 +203,11 @@ def contract_group(plan: GemmPlan, coefs: Any, operands: list[list[Any]], scaled
     nb, nfl, nk, nfr = plan.groups
     assert nk > 0, "products without a contracted mode are not grouped"
     stacked: list[Any] = [None, None]
-    for caller, perm in enumerate(plan.perms):
+    for caller in (0, 1):
         is_lhs = caller == (1 if plan.swap else 0)
         k_first = plan.lhs_k_first if is_lhs else plan.rhs_k_first
         first_k = nb + (0 if k_first else (nfl if is_lhs else nfr))
-        xs = [ops[caller] if perm is None else jnp.transpose(ops[caller], perm) for ops in operands]
+        xs = [plan.transpose(caller, ops[caller]) for ops in operands]
         stacked[caller] = jnp.concatenate(xs, axis=first_k)
     sides = list(_matrices(dataclasses.replace(plan, perms=(None, None)), stacked))
     side, k_first = (0, plan.lhs_k_first) if scaled == plan.swap else (1, plan.rhs_k_first)

@@ -32,6 +32,10 @@ import itertools
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
 
 from ..expr.nodes import Index
 
@@ -60,6 +64,20 @@ class GemmPlan:
     """The product's modes as it comes out: batch, left free, right free."""
     labels: tuple[tuple[Index, ...], tuple[Index, ...]]
     """Per caller operand, its modes after the transpose."""
+    equal: tuple[tuple[int, ...] | None, tuple[int, ...] | None] = (None, None)
+    """Per caller operand with a transpose: another one that gives the same array by a
+    symmetry of its value (so products reading it alike share XLA's copy), applied to
+    its value only; its derivative keeps ``perms`` (exact in every direction)."""
+
+    def transpose(self, k: int, x: Any) -> Any:
+        """Caller operand ``k`` transposed for the product (``x`` itself if not)."""
+        perm = self.perms[k]
+        if perm is None:
+            return x
+        equal = self.equal[k]
+        if equal is None or equal == perm:
+            return jnp.transpose(x, perm)
+        return _equal_transpose(x, equal, perm)
 
     @property
     def copies(self) -> int:
@@ -75,6 +93,22 @@ class GemmPlan:
         text += "->" + "".join(table[ix] for ix in self.output)
         forms = ("BKF" if self.lhs_k_first else "BFK", "BKF" if self.rhs_k_first else "BFK")
         return f"gemm {text} [lhs {forms[0]}, rhs {forms[1]}]"
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def _equal_transpose(x: Any, equal: tuple[int, ...], perm: tuple[int, ...]) -> Any:
+    """``x`` transposed by ``equal``: by a symmetry of ``x``, the same as by ``perm``.
+
+    Its tangent is transposed by ``perm``, as without the symmetry.
+    """
+    return jnp.transpose(x, equal)
+
+
+@_equal_transpose.defjvp
+def _equal_transpose_jvp(
+    equal: tuple[int, ...], perm: tuple[int, ...], primals: tuple, tangents: tuple
+) -> tuple[Any, Any]:
+    return jnp.transpose(primals[0], equal), jnp.transpose(tangents[0], perm)
 
 
 def _grouped(labels: Sequence[Index], batch: Sequence[Index], k: Sequence[Index]) -> str | None:

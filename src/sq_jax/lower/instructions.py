@@ -51,7 +51,7 @@ from ..schedule.wellformed import crossings
 from .accumulate import sequence_program
 from .block_pairs import plan_block_pairs
 from .copies import hoist_input_copies, store_for_loop_readers
-from .gemm import plan_gemm
+from .gemm import GemmPlan, plan_gemm
 from .ir import Combine, Contract, Instr, Loop, LoweredProgram, Read, Result
 from .pairs import PairPlan, gather_rate, plan_pairs
 
@@ -207,6 +207,8 @@ class _Walk:
                 (self.nbytes(ops[0]), self.nbytes(ops[1])),
                 (bool(ops[0].slices), bool(ops[1].slices)),
             )
+            if gemm is not None and self.symmetries is not None:
+                gemm = self.shared_copies(gemm, (left, right), ops, labels)
             stored = gemm.output if gemm is not None else tuple(out)
             axes = tuple(out.index(ix) for ix in stored)
             table = _letters(labels[0], labels[1], stored)
@@ -224,6 +226,40 @@ class _Walk:
         self.axes[v] = axes
         dims = tuple(node_dims[a] for a in axes)
         return Combine(v, coefs, perms, ops, dims, axes)  # type: ignore[arg-type]
+
+    def shared_copies(
+        self,
+        gemm: GemmPlan,
+        occs: tuple[OccurrenceRec, OccurrenceRec],
+        ops: tuple[Read, Read],
+        labels: tuple[tuple[Index, ...], tuple[Index, ...]],
+    ) -> GemmPlan:
+        """``gemm`` with each operand's transpose the least its symmetries make equal.
+
+        Products reading a value in equal layouts then share one copy:
+        ``t_ij^ab = t_ji^ba``: ``t`` read as ``(a, i, b, j)`` by one product and as
+        ``(b, j, a, i)`` by another is one array, which XLA transposes once when both
+        products ask for it by the same permutation. Only whole operands, and only
+        symmetries of sign +1.
+        """
+        equal = list(gemm.equal)
+        for k, (occ, r, stored) in enumerate(zip(occs, ops, labels, strict=True)):
+            perm = gemm.perms[k]
+            if perm is None or r.scalar is not None or r.generated or r.slices:
+                continue
+            if any(lp is not None for _, lp in r.dims) or occ.node is None:
+                continue
+            target = tuple(stored[a] for a in perm)
+            node_labels = occ.carried
+            least = perm
+            for sym, sign in self.symmetries.get(occ.node.key, frozenset()):  # type: ignore[union-attr]
+                if sign != 1:
+                    continue
+                image = {node_labels[j]: node_labels[sym[j]] for j in range(len(sym))}
+                relabeled = [image[ix] for ix in stored]  # the same array, labelled so
+                least = min(least, tuple(relabeled.index(ix) for ix in target))
+            equal[k] = None if least == perm else least
+        return replace(gemm, equal=(equal[0], equal[1]))
 
     def pairs(
         self,
