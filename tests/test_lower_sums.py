@@ -18,10 +18,11 @@ import sq_jax as sq
 from sq_jax.cc.equations import load_equations
 from sq_jax.forest.factor import unfactored
 from sq_jax.forest.reference import evaluate_forest
+from sq_jax.forest.symmetry import symmetric_random_inputs
 from sq_jax.lower import sums
 from sq_jax.lower.aot import compiler_options
 from sq_jax.lower.interpret import run_lowered
-from sq_jax.lower.ir import Loop
+from sq_jax.lower.ir import Contract, Loop
 from tests.helpers.random_sums import random_sum
 from tests.helpers.schedule_corpus import random_blocks
 
@@ -123,3 +124,28 @@ def test_memory_model_prices_the_stacked_pieces(monkeypatch):
     model_uncut, xla_uncut = predicted_and_xla()
     assert 0.95 <= model_uncut / xla_uncut <= 1.05, (model_uncut, xla_uncut)
     assert model < model_uncut and xla < xla_uncut
+
+
+def test_grouped_products_keep_their_own_symmetric_transposes(monkeypatch):
+    """A group runs with its first product's plan. ``t`` and ``w`` are pair-symmetric,
+    ``u`` and ``v`` not: the products reading ``t``, ``w`` take an equal transpose
+    (``GemmPlan.equal``), those reading ``u``, ``v`` may not, so they never group
+    together (grouped, the result was off by about 20)."""
+    monkeypatch.setattr(sums, "SUM_PIECE", 3)
+    spaces = sq.Spaces(i=3, a=5)
+    text = "R{a1,a2;i1,i2} = " + " + ".join(
+        f"{g}{{a1,i3;a3,i1}}:N-C-N {x}{{a2,a3;i2,i3}}{'' if x in 'tw' else ':N-C-N'}"
+        for g, x in zip("ghpq", "tuwv", strict=True)
+    )
+    prog = sq.compile(text, spaces, pair_symmetry=True)
+    assert count_cuts(prog.lowered.body) > 0
+    equal = {  # per amplitude-like input: the equal transposes of its product
+        ins.operands[1].input_key: ins.gemm.equal
+        for ins in prog.lowered.body
+        if isinstance(ins, Contract)
+    }
+    assert equal["t{a,a;i,i}"] != equal["u{a,a;i,i}"]
+    blocks = symmetric_random_inputs(prog.schedule.annotated.forest, seed=1)
+    want = sq.compile(text, spaces)(blocks)["R"]
+    tol = 1e-12 * (1 + np.abs(want).max())
+    np.testing.assert_allclose(prog(blocks)["R"], want, rtol=0, atol=tol)

@@ -149,7 +149,9 @@ def _group_key(ins: Contract, perm: tuple[int, ...]) -> tuple | None:
     plan = ins.gemm
     if plan is None or plan.groups[2] == 0 or any(r.scalar is not None for r in ins.operands):
         return None  # no contracted mode to stack along (or not a matrix product)
-    how = (plan.swap, plan.perms, plan.groups, plan.lhs_k_first, plan.rhs_k_first)
+    # equal transposes too: the group runs with its first product's (valid for each only
+    # when each chose them through its own operand's symmetry)
+    how = (plan.swap, plan.perms, plan.equal, plan.groups, plan.lhs_k_first, plan.rhs_k_first)
     return (how, tuple(_shape_key(r) for r in ins.operands), perm)
 
 
