@@ -78,7 +78,16 @@ class GemmPlan:
     its value only; its derivative keeps ``perms`` (exact in every direction)."""
 
     def transpose(self, k: int, x: Any) -> Any:
-        """Caller operand ``k`` transposed for the product (``x`` itself if not)."""
+        """Caller operand ``k`` transposed for the product (``x`` itself if not).
+
+        Example:
+            >>> import numpy as np
+            >>> from sq_jax.expr.nodes import Index
+            >>> a, b, c = (Index("a", n) for n in range(1, 4))
+            >>> plan = plan_gemm((a, b), (a, c), (b, c), (8, 8), free_layout=(True, False))
+            >>> plan.transpose(0, np.arange(6.0).reshape(2, 3)).shape  # to [F, K]
+            (3, 2)
+        """
         perm = self.perms[k]
         if perm is None:
             return x
