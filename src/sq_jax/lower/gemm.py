@@ -88,13 +88,29 @@ class GemmPlan:
             >>> plan.transpose(0, np.arange(6.0).reshape(2, 3)).shape  # to [F, K]
             (3, 2)
         """
-        perm = self.perms[k]
-        if perm is None:
-            return x
-        equal = self.equal[k]
-        if equal is None or equal == perm:
-            return jnp.transpose(x, perm)
-        return _equal_transpose(x, equal, perm)
+        perm, made = self.perms[k], self.made(k)
+        if perm is None or made == perm:
+            return x if perm is None else jnp.transpose(x, perm)
+        return _equal_transpose(x, made, perm)
+
+    def made(self, k: int) -> tuple[int, ...] | None:
+        """The transpose caller operand ``k``'s value gets (``None``: none).
+
+        ``equal`` where there is one and ``perms`` still asks for a transpose (a prepared
+        or hoisted copy clears ``perms``), else ``perms``.
+
+        Example:
+            >>> from dataclasses import replace
+            >>> from sq_jax.expr.nodes import Index
+            >>> a, b, c = (Index("a", n) for n in range(1, 4))
+            >>> plan = plan_gemm((b, a), (a, c), (b, c), (8, 8))
+            >>> symmetric = replace(plan, perms=((1, 0), None), equal=((0, 1), None))
+            >>> plan.made(0) is None, symmetric.made(0)
+            (True, (0, 1))
+        """
+        if self.perms[k] is None or self.equal[k] is None:
+            return self.perms[k]
+        return self.equal[k]
 
     @property
     def copies(self) -> int:

@@ -255,8 +255,8 @@ def _copies(ins: Contract | Combine) -> list[tuple[_CopyKey, Read, Counter]]:
             continue
         if ins.gemm is None or read.slices or perm is not None or k in masked:
             source = read.input_key if read.input_key is not None else read.value_id
-            if perm is not None and ins.gemm is not None and ins.gemm.equal[k] is not None:
-                perm = ins.gemm.equal[k]  # the transpose made: one copy for its equals
+            if ins.gemm is not None:
+                perm = ins.gemm.made(k)  # equal transposes are one copy, as XLA makes them
             key = (source, perm, read.slices, ins.value_id if k in masked else None)
             out.append((key, read, _read_size(read)))
     return out
