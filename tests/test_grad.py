@@ -128,3 +128,26 @@ def test_remat_keeps_barriers_only_on_peeled_batches():
     flags = _prevent_cse_flags(prog.make_jaxpr(x).jaxpr)
     assert [lp.peel for lp in prog.lowered.loops()] == [False, True]
     assert sorted(flags) == [False, False, True]
+
+
+def test_loop_accumulators_start_as_zeros_that_depend_on_what_the_loop_reads():
+    # JAX differentiates a loop by a fixpoint over which carries depend on the inputs;
+    # an accumulator starting as a constant zero costs a second pass per nesting level
+    # (2^depth for a nest). The zeros a loop starts from are exactly zero in value and
+    # depend, for JAX, on what the loop reads and nothing else.
+    from sq_jax.lower.execute import RunSettings, dependent_zeros
+    from sq_jax.lower.ir import Read
+
+    def start(x, y):
+        run = RunSettings({"x": x, "y": y}, jnp.float64)
+        (zeros,) = dependent_zeros([(2, 3)], [Read(0, "x")], {}, {}, run)
+        return zeros
+
+    x, y = jnp.full((4,), jnp.inf), jnp.ones((5,))
+    np.testing.assert_array_equal(start(x, y), np.zeros((2, 3)))  # no inf * 0
+    _, along_x = jax.linearize(lambda x: start(x, y), x)
+    _, along_y = jax.linearize(lambda y: start(x, y), y)
+    ops_x = [e.primitive.name for e in jax.make_jaxpr(along_x)(x).eqns]
+    ops_y = [e.primitive.name for e in jax.make_jaxpr(along_y)(y).eqns]
+    assert "select_n" in ops_x  # a tangent computed from x's: not a symbolic zero
+    assert "select_n" not in ops_y  # the loop does not read y: no derivative work
