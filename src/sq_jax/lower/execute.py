@@ -306,8 +306,9 @@ def dependent_zeros(
 
     In a rematerialized program (``run.remat``) they also depend on the batches of the
     loops around (``ctx``), which does the same for the partial evaluation that moves
-    loop-invariant work out of an enclosing loop (the 90 s became 7 s, at the same
-    memory). Without remat that would keep such work, and its residuals, in the loop.
+    loop-invariant work out of an enclosing loop (the 90 s became 6.5 s, with 4% more
+    XLA temp). Without remat that would keep such work, and its residuals, in the loop
+    (that gradient's temp grew 15-fold).
 
     Their value is exactly zero: ``select`` with a false predicate, which XLA folds
     away, so the program runs as with plain zeros. With no ``reads``, or inside
