@@ -202,7 +202,9 @@ def test_denominator_is_charged_by_memory_model_and_flops(random_system):
     whole = sq.compile(eqs, spaces)
     product = v * v * o  # the Hadamard product over (a1, i1), outer in a2
     assert whole.flops == product + 2 * v * o  # Δ{a;i}: 2 FLOPs per element, built once
-    cut = sq.compile(eqs, spaces, batch={"a": {"batches": 5, "roles": "external"}})
+    # a BatchPlan given whole keeps its defaults: a loop per result index of `a`
+    plan = sq.BatchPlan.of({"a": {"batches": 5, "roles": "external"}})
+    cut = sq.compile(eqs, spaces, batch=plan)
     assert len(cut.lowered.loops()) == 2  # over a1 and a2
     assert cut.flops == product + 5 * 2 * v * o  # rebuilt for each batch of a2
     names = [n for point in memory_model(cut.lowered).points for n, _ in point]

@@ -16,6 +16,7 @@ from typing import Any
 
 from ._errors import InputError, PlanError
 from .budget import fit_to_budget
+from .budget.structure import cheapest_structure
 from .expr.nodes import Equation
 from .expr.parse import parse
 from .expr.spaces import Spaces
@@ -26,7 +27,7 @@ from .lower.instructions import lower_schedule
 from .lower.program import Program, make_program
 from .lower.shard import make_shard_plan
 from .plan.batch import BatchPlan, check_mode_order
-from .schedule import schedule_forest
+from .schedule import ScheduledForest, schedule_forest
 
 __all__ = ["compile"]
 
@@ -77,6 +78,11 @@ def compile(
         spaces: index spaces with extents, e.g. ``sq.Spaces(i=10, a=38)``.
         batch: the batch plan: ``None`` (unbatched), a mapping for
             :meth:`~sq_jax.plan.BatchPlan.of` such as ``{"a": 4}``, or a ``BatchPlan``.
+            A mapping gives the counts (and roles); the loop structure is then the
+            cheapest of :data:`~sq_jax.budget.structure.STRUCTURES` whose predicted memory
+            is at most that of ``BatchPlan.of(batch)``'s defaults
+            (:func:`~sq_jax.budget.structure.cheapest_structure`; not with a ``mesh``).
+            A ``BatchPlan`` is used as it is.
         remat: wrap every loop body in ``jax.checkpoint`` (bounded reverse-mode memory).
         mode_order: spaces, outermost loop first (a tie-break for the loop nesting).
         memory_budget: bytes (or text such as ``"2 GiB"``) for what the compiled program
@@ -142,13 +148,18 @@ def compile(
         forest = dataclasses.replace(forest, fixed_inputs=_input_labels(forest, fixed_inputs))
     mode_order = check_mode_order(mode_order, spaces)
 
-    def build(plan: BatchPlan) -> Program:
-        scheduled = schedule_forest(forest, plan, mode_order=mode_order)  # annotate + schedule
+    def build(plan: BatchPlan, scheduled: ScheduledForest | None = None) -> Program:
+        if scheduled is None:
+            scheduled = schedule_forest(forest, plan, mode_order=mode_order)  # annotate + schedule
         lowered = lower_schedule(scheduled)  # must follow the schedule: reads its block tree
         return make_program(scheduled, lowered, remat=remat, shard=shard)  # one jax.jit
 
     if memory_budget is None:
-        return build(_user_plan(batch, forest))  # the user's batching (or none)
+        plan = _user_plan(batch, forest)  # the user's batching (or none)
+        if isinstance(batch, Mapping) and shard is None:
+            # counts only: the cheapest loop structure that needs no more memory
+            return build(plan, cheapest_structure(forest, plan, mode_order=mode_order))
+        return build(plan)
     if batch is not None:
         raise PlanError(
             f"got both batch={batch!r} and memory_budget={memory_budget!r}; pass one: "

@@ -1,0 +1,100 @@
+"""A plan given by its counts gets the cheapest loop structure that needs no more memory.
+
+``sq.compile(..., batch={"a": 2, "i": 2})`` fixes the counts; the external loops per space
+and the hoisting are chosen (:mod:`sq_jax.budget.structure`). The oracle for the values is
+the unbatched program; for the choice, the schedule's own FLOP count and the predicted
+memory of every structure, computed here one by one.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import sq_jax as sq
+from sq_jax.budget.explain import required_bytes
+from sq_jax.budget.structure import STRUCTURES, cheapest_structure
+from sq_jax.cc.equations import load_equations
+from sq_jax.forest.symmetry import symmetric_random_inputs
+from sq_jax.schedule import schedule_forest
+from sq_jax.schedule.cost import schedule_flops
+
+SPACES = sq.Spaces(i=6, a=8)
+TEXT = load_equations("ccsd_so")
+
+
+@pytest.fixture(scope="module")
+def forest():
+    return sq.build_forest(sq.parse(TEXT), SPACES)
+
+
+def _structures(forest, counts):
+    """Every structure of STRUCTURES for ``counts``: (plan, FLOPs, predicted bytes)."""
+    out = []
+    for modes, hoist in STRUCTURES:
+        plan = sq.BatchPlan.of(counts, external_modes=modes, hoist=hoist)
+        sf = schedule_forest(forest, plan)
+        out.append((plan, schedule_flops(sf), required_bytes(sf)))
+    return out
+
+
+COUNTS = [
+    {"a": 2, "i": 2},
+    {"a": 2},
+    {"a": 4},
+    {"i": 3},
+    {"a": {"batches": 2, "roles": "external"}},
+]
+
+
+@pytest.mark.parametrize("counts", COUNTS)
+def test_the_structure_chosen_is_the_cheapest_no_larger_than_the_defaults(forest, counts):
+    structures = _structures(forest, counts)
+    default_plan, default_flops, default_bytes = structures[0]
+    chosen = cheapest_structure(forest, default_plan, step_cost=0)
+    flops, need = schedule_flops(chosen), required_bytes(chosen)
+    assert need <= default_bytes
+    assert flops <= default_flops
+    # nothing that fits the defaults' memory is cheaper
+    assert flops == min(f for _, f, b in structures if b <= default_bytes)
+    assert chosen.annotated.plan.spaces == default_plan.spaces  # the counts are the caller's
+
+
+def test_two_spaces_cut_by_hand_no_longer_rebuild_the_whole_tree(forest):
+    """The case that motivated it: both spaces cut, defaults rebuild values per batch."""
+    counts = {"a": 2, "i": 2}
+    (_, default_flops, default_bytes), *_ = _structures(forest, counts)
+    prog = sq.compile(TEXT, SPACES, batch=counts)
+    plan = prog.schedule.annotated.plan
+    assert plan.hoist == "invariant"
+    assert schedule_flops(prog.schedule) < default_flops / 4
+    assert schedule_flops(prog.schedule) < 1.2 * prog.schedule.annotated.forest.flops
+    assert required_bytes(prog.schedule) <= default_bytes
+    inputs = symmetric_random_inputs(prog.schedule.annotated.forest, seed=3, scale=0.1)
+    want = sq.compile(TEXT, SPACES)(inputs)
+    got = prog(inputs)
+    for name in want:
+        np.testing.assert_allclose(np.asarray(got[name]), np.asarray(want[name]), atol=1e-12)
+
+
+def test_a_batch_plan_given_whole_is_kept_as_it_is():
+    plan = sq.BatchPlan.of({"a": 2, "i": 2})
+    prog = sq.compile(TEXT, SPACES, batch=plan)
+    assert prog.schedule.annotated.plan == plan
+
+
+def test_the_defaults_are_kept_when_every_other_structure_needs_more_memory(forest):
+    counts = {"a": 2}
+    structures = _structures(forest, counts)
+    default_plan, _, default_bytes = structures[0]
+    if any(b <= default_bytes and f < structures[0][1] for _, f, b in structures[1:]):
+        pytest.fail("the premise changed: pick counts whose defaults are the leanest")
+    prog = sq.compile(TEXT, SPACES, batch=counts)
+    assert prog.schedule.annotated.plan == default_plan
+
+
+def test_a_mesh_keeps_the_structure_the_sharding_was_measured_with():
+    counts = {"a": {"batches": 2, "roles": "external"}, "i": 2}
+    prog = sq.compile(TEXT, SPACES, batch=counts, devices=jax.devices()[:1])
+    assert prog.schedule.annotated.plan == sq.BatchPlan.of(counts)
