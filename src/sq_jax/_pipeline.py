@@ -78,9 +78,9 @@ def compile(
         spaces: index spaces with extents, e.g. ``sq.Spaces(i=10, a=38)``.
         batch: the batch plan: ``None`` (unbatched), a mapping for
             :meth:`~sq_jax.plan.BatchPlan.of` such as ``{"a": 4}``, or a ``BatchPlan``.
-            A mapping gives the counts (and roles); the loop structure is then the
-            cheapest of :data:`~sq_jax.budget.structure.STRUCTURES` whose predicted memory
-            is at most that of ``BatchPlan.of(batch)``'s defaults
+            A mapping gives the counts (and roles); the loop structure
+            (``external_modes``, ``hoist``) is then chosen: of those within 1.25x the
+            fewest FLOPs, the one predicted to need the least memory
             (:func:`~sq_jax.budget.structure.cheapest_structure`; not with a ``mesh``).
             A ``BatchPlan`` is used as it is.
         remat: wrap every loop body in ``jax.checkpoint`` (bounded reverse-mode memory).
@@ -157,7 +157,7 @@ def compile(
     if memory_budget is None:
         plan = _user_plan(batch, forest)  # the user's batching (or none)
         if isinstance(batch, Mapping) and shard is None:
-            # counts only: the cheapest loop structure that needs no more memory
+            # counts only: the leanest loop structure of about the fewest FLOPs
             return build(plan, cheapest_structure(forest, plan, mode_order=mode_order))
         return build(plan)
     if batch is not None:

@@ -1,30 +1,39 @@
-"""The loop structure of a plan given by its batch counts: the cheapest one no larger.
+"""The loop structure of a plan given by its batch counts: near the fewest FLOPs.
 
 A plan given as a mapping (``sq.compile(..., batch={"a": 2, "i": 2})``) says how finely
 each space is cut. It does not say how many external loops a result opens per space
 (``BatchPlan.external_modes``) or whether loop-invariant operands are built once before
 the loops (``BatchPlan.hoist``). The defaults of :class:`~sq_jax.plan.BatchPlan` (a loop
-per batched result index, nothing hoisted) have the smallest static peak, but they can
-rebuild a value for every batch of a loop whose index it does not carry:
+per batched result index, nothing hoisted) hold the least memory, at any FLOP cost: they
+rebuild a value for every batch of a loop whose index it does not carry, and with two
+spaces cut that compounds (``bench/results/structure/``, ``ccsd_so`` at i = 10, a = 16,
+pairs packed; XLA's temporaries + outputs, time per call):
 
-=======================================  ============  ===========  =========
-``ccsd_so``, i = 10, a = 16, ``a: 2, i: 2``  FLOPs ÷ unb.  static peak  predicted
-=======================================  ============  ===========  =========
-defaults                                 40.3          0.61 MB      3.92 MB
-``hoist="invariant"``                    1.14          0.82 MB      2.18 MB
-… and ``external_modes="first"``         1.03          0.87 MB      2.77 MB
-=======================================  ============  ===========  =========
+====================  ================  ============  =================  ===========
+counts                structure         FLOPs ÷ unb.  XLA memory ÷ unb.  time ÷ unb.
+====================  ================  ============  =================  ===========
+``{"a": 4, "i": 2}``  defaults          2316          0.37               10,794
+``{"a": 4, "i": 2}``  first, invariant  1.40          0.63               5.3
+``{"a": 2, "i": 2}``  defaults          56.8          0.51               152
+``{"a": 2, "i": 2}``  first, invariant  1.40          0.79               3.9
+``{"a": 4}``          defaults          1.81          0.39               4.9
+``{"a": 4}``          first, none       1.20          0.50               3.1
+====================  ================  ============  =================  ===========
 
-The predicted figure is what the compiled program allocates
-(:func:`~sq_jax.budget.explain.required_bytes`, the measure ``memory_budget=`` is held
-to): the rebuilt values' operand copies and loop buffers cost more than the hoisted
-values do. :func:`cheapest_structure` prices the four structures of
-:data:`STRUCTURES` for the caller's counts, as the budget planner prices a plan (FLOPs,
-recomputation included, plus :func:`~sq_jax.budget.search.default_step_cost` per
-executed step), and keeps the cheapest whose predicted memory is at most the defaults'.
-So a plan given by its counts never needs more memory than the defaults would, and
-often needs far fewer FLOPs. A :class:`~sq_jax.plan.BatchPlan` given whole is kept as it
-is: its fields are the caller's choice.
+:func:`cheapest_structure` prices the structures of :data:`STRUCTURES` for the caller's
+counts as the budget planner prices a plan (FLOPs, recomputation included, plus
+:func:`~sq_jax.budget.search.default_step_cost` per executed step). Those within
+:data:`COST_TOLERANCE` of the cheapest are taken as equally fast, and of them the one
+predicted to need the least memory (:func:`~sq_jax.budget.explain.required_bytes`, the
+model ``memory_budget=`` is held to; ties keep the caller's) is compiled. A structure
+predicted to need as much as the unbatched program is not a candidate (the caller's
+own always is): batching is asked for to save memory. So counts
+given by hand never cost much more than the best structure for them, and they keep the
+defaults wherever those are about as cheap. The memory is then not the least possible
+for the counts (the table: up to 0.28 of the unbatched program's more): a caller who
+needs that, at any FLOP cost, passes ``BatchPlan.of(counts)``, which is compiled as it
+is; a caller with a hard limit passes ``memory_budget=``, which is held to XLA's own
+figures.
 
 Example:
     >>> import sq_jax as sq
@@ -49,13 +58,19 @@ from ..schedule.cost import schedule_flops
 from .explain import required_bytes
 from .model import step_terms
 
-__all__ = ["STRUCTURES", "cheapest_structure"]
+__all__ = ["COST_TOLERANCE", "STRUCTURES", "cheapest_structure"]
 
 STRUCTURES = (("all", "none"), ("all", "invariant"), ("first", "none"), ("first", "invariant"))
 """``(BatchPlan.external_modes, BatchPlan.hoist)`` pairs :func:`cheapest_structure`
 chooses from; the first is :class:`~sq_jax.plan.BatchPlan`'s default. ``hoist="all"``
 is left out: it also keeps whole the values read under two labelings, which costs about
 the unbatched program's memory."""
+
+COST_TOLERANCE = 1.25
+"""Structures whose cost is at most this times the cheapest one's count as equally
+cheap; of them, the least predicted memory wins. A margin for the cost model's own
+error (a price per step, FLOPs that ignore the packed pairs of :mod:`sq_jax.lower.pairs`),
+not a measured optimum."""
 
 
 def _cost(sf: ScheduledForest, step_cost: float) -> float:
@@ -80,19 +95,22 @@ def cheapest_structure(
     mode_order: Sequence[str] = (),
     step_cost: float | None = None,
 ) -> ScheduledForest:
-    """``plan``'s counts under the cheapest structure whose memory is at most ``plan``'s.
+    """``plan``'s counts under the leanest structure of about the fewest FLOPs.
 
     Args:
         forest: the eval forest (:func:`sq_jax.build_forest`).
-        plan: the caller's counts and roles; its ``external_modes`` and ``hoist`` are
-            the reference the others must not exceed in memory.
+        plan: the caller's counts and roles; its own ``external_modes`` and ``hoist``
+            are one of the candidates, and win the ties.
         mode_order: as for :func:`~sq_jax.schedule.schedule_forest`.
         step_cost: FLOPs charged per executed step (default
             :func:`~sq_jax.budget.search.default_step_cost`).
 
     Returns:
-        The scheduled forest of the chosen plan (``plan`` itself when no other structure
-        is cheaper at no more memory; ties keep ``plan``).
+        The scheduled forest of the structure chosen (module docstring): of the
+        candidates predicted to need less than the unbatched program (``plan`` always
+        is one), those whose cost is at most :data:`COST_TOLERANCE` times the cheapest
+        one's; of them, the one with the least
+        :func:`~sq_jax.budget.explain.required_bytes`.
 
     Raises:
         ScheduleError: when ``plan`` itself cannot be expressed (the others are then not
@@ -110,8 +128,7 @@ def cheapest_structure(
     if not plan.spaces or schedule_flops(base) <= forest.flops:
         return base  # nothing is rebuilt: no structure can save a FLOP
     price = default_step_cost() if step_cost is None else step_cost
-    base_cost = _cost(base, price)
-    cheaper: list[tuple[float, int, ScheduledForest]] = []
+    candidates = [(_cost(base, price), -1, base)]
     for rank, (modes, hoist) in enumerate(STRUCTURES):
         other = replace(plan, external_modes=modes, hoist=hoist)
         if other == plan:
@@ -120,13 +137,12 @@ def cheapest_structure(
             sf = schedule_forest(forest, other, mode_order=mode_order)
         except ScheduleError:
             continue  # this structure cannot express the counts: not a candidate
-        cost = _cost(sf, price)
-        if cost < base_cost:
-            cheaper.append((cost, rank, sf))
-    if not cheaper:
-        return base
-    limit = required_bytes(base)
-    for _, _, sf in sorted(cheaper, key=lambda c: c[:2]):
-        if required_bytes(sf) <= limit:
-            return sf
-    return base
+        candidates.append((_cost(sf, price), rank, sf))
+    need = {rank: required_bytes(sf) for _, rank, sf in candidates}
+    # batching is asked for to save memory: a structure predicted to need as much as the
+    # unbatched program is no candidate (the caller's own always is)
+    unbatched = required_bytes(schedule_forest(forest, BatchPlan(), mode_order=mode_order))
+    fits = [c for c in candidates if c[1] == -1 or need[c[1]] < unbatched]
+    cheapest = min(cost for cost, _, _ in fits)
+    near = [(need[rank], rank, sf) for cost, rank, sf in fits if cost <= COST_TOLERANCE * cheapest]
+    return min(near, key=lambda c: c[:2])[2]

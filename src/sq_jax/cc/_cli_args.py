@@ -196,7 +196,11 @@ def add_cc_options(p: argparse.ArgumentParser) -> None:
         ),
     ):
         shell.add_argument(flag, action="store_true", help=text)
-    p.add_argument("--batch", help="batch plan, e.g. a=4,i=2 (number of batches)")
+    p.add_argument(
+        "--batch",
+        help="batch counts, e.g. a=4,i=2 (number of batches; the loop structure is chosen "
+        "as for a mapping passed to sq.compile(batch=...))",
+    )
     p.add_argument("--memory", help="memory budget for intermediates, e.g. '512 MiB'")
     p.add_argument("--solver", choices=("diis", "newton"), default="diis")
     p.add_argument("--max-iter", type=_positive_int, default=100)
