@@ -1,12 +1,17 @@
 """Timing primitives of the benchmarks: interleaved medians, the matmul reference and a
-compile split into its phases (sq_jax passes, JAX lowering, XLA compile, first call).
+compile split into its phases (sq_jax passes, JAX lowering, XLA compile, first call);
+and the ``--out`` option of the small comparison scripts (``bench_sums.py``,
+``bench_structure.py``).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -17,6 +22,25 @@ from sq_jax.lower.aot import compiler_options
 
 SQ_XLA = compiler_options()
 """The XLA options sq_jax programs compile with (what a top-level call uses)."""
+
+
+def add_out_option(parser: argparse.ArgumentParser) -> None:
+    """``--out OUT``: where :func:`write_out` puts the table and the rows."""
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="write the table and the rows to OUT with the suffixes .md and .json",
+    )
+
+
+def write_out(out: Path | None, md: str, rows: list[dict[str, Any]]) -> None:
+    """``OUT.md`` (the table) and ``OUT.json`` (the rows), when ``--out`` was given."""
+    if out is None:
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".md").write_text(md)
+    out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
 
 
 def log(*a: Any) -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import sq_jax as sq
@@ -35,9 +34,9 @@ from sq_jax.forest.symmetry import symmetric_random_inputs
 from sq_jax.plan import BatchPlan
 
 try:
-    from bench._timing import interleaved
+    from bench._timing import add_out_option, interleaved, write_out
 except ImportError:  # run as a script from the repository root
-    from _timing import interleaved  # type: ignore[no-redef]
+    from _timing import add_out_option, interleaved, write_out  # type: ignore[no-redef]
 
 MAPPINGS = ({"a": 2}, {"a": 4}, {"i": 2}, {"a": 2, "i": 2}, {"a": 4, "i": 2})
 
@@ -122,12 +121,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         default=list(MAPPINGS),
         help='a JSON list of mappings (default: %(default)s); e.g. \'[{"a": 2, "i": 2}]\'',
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="write the table and the rows to OUT with the suffixes .md and .json",
-    )
+    add_out_option(parser)
     args = parser.parse_args(argv)
     execute = not args.no_run
     rows = run(args.equations, args.nocc, args.nvirt, args.reps, execute, args.mappings)
@@ -142,10 +136,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         f"Command: `{command}`\n\n" + table(rows, execute) + "\n"
     )
     print(md)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".md").write_text(md)
-        args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    write_out(args.out, md, rows)
     return rows
 
 

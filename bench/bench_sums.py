@@ -24,8 +24,6 @@ programs pack symmetric pairs), so the figures hold for the real integrals' shap
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 from typing import Any
 
 import sq_jax as sq
@@ -35,9 +33,9 @@ from sq_jax.forest.symmetry import symmetric_random_inputs
 from sq_jax.plan import BatchPlan
 
 try:
-    from bench._timing import interleaved
+    from bench._timing import add_out_option, interleaved, write_out
 except ImportError:  # run as a script from the repository root
-    from _timing import interleaved  # type: ignore[no-redef]
+    from _timing import add_out_option, interleaved, write_out  # type: ignore[no-redef]
 
 EXT, CON = "external", "contracted"
 PLANS: dict[str, dict[str, Any]] = {
@@ -124,12 +122,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--nvirt", type=int, default=38)
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--vary", choices=sorted(VARIANTS), default="sums")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="write the table and the rows to OUT with the suffixes .md and .json",
-    )
+    add_out_option(parser)
     args = parser.parse_args(argv)
     rows = run(args.nocc, args.nvirt, args.reps, args.vary)
     first, second = VARIANTS[args.vary]
@@ -139,11 +132,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         f"--reps {args.reps} --vary {args.vary}`\n\n" + table(rows) + "\n"
     )
     print(md)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".md").write_text(md)
-        clean = [{k: v for k, v in r.items() if k != "key"} for r in rows]
-        args.out.with_suffix(".json").write_text(json.dumps(clean, indent=1))
+    write_out(args.out, md, [{k: v for k, v in r.items() if k != "key"} for r in rows])
     return rows
 
 
