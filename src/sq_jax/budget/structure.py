@@ -27,13 +27,12 @@ counts as the budget planner prices a plan (FLOPs, recomputation included, plus
 predicted to need the least memory (:func:`~sq_jax.budget.explain.required_bytes`, the
 model ``memory_budget=`` is held to; ties keep the caller's) is compiled. A structure
 predicted to need as much as the unbatched program is not a candidate (the caller's
-own always is): batching is asked for to save memory. So counts
-given by hand never cost much more than the best structure for them, and they keep the
-defaults wherever those are about as cheap. The memory is then not the least possible
-for the counts (the table: up to 0.28 of the unbatched program's more): a caller who
-needs that, at any FLOP cost, passes ``BatchPlan.of(counts)``, which is compiled as it
-is; a caller with a hard limit passes ``memory_budget=``, which is held to XLA's own
-figures.
+own always is): batching is asked for to save memory. So counts given by hand never
+cost much more than the best structure for them, and they keep the defaults wherever
+those are about as cheap. The memory is then not the least possible for the counts (the
+table: up to 0.28 of the unbatched program's more): a caller who needs that, at any FLOP
+cost, passes ``BatchPlan.of(counts)``, which is compiled as it is; a caller with a hard
+limit passes ``memory_budget=``, which is held to XLA's own figures.
 
 Example:
     >>> import sq_jax as sq
@@ -56,7 +55,8 @@ from ..plan.batch import BatchPlan
 from ..schedule import ScheduledForest, schedule_forest
 from ..schedule.cost import schedule_flops
 from .explain import required_bytes
-from .model import step_terms
+from .model import cost_polynomials, evaluate
+from .search import default_step_cost
 
 __all__ = ["COST_TOLERANCE", "STRUCTURES", "cheapest_structure"]
 
@@ -75,17 +75,11 @@ not a measured optimum."""
 
 def _cost(sf: ScheduledForest, step_cost: float) -> float:
     """FLOPs plus ``step_cost`` per executed step, as the budget planner prices a plan."""
-    plan = sf.annotated.plan
     extents = sf.annotated.forest.spaces
-    counts = {s.space: s.num_batches(extents.extent(s.space)) for s in plan.spaces}
-    spaces = tuple(counts)
-    steps = 0
-    for exps, coefficient in step_terms(sf, spaces).items():
-        term = coefficient
-        for space, e in zip(spaces, exps, strict=True):
-            term *= counts[space] ** e
-        steps += term
-    return schedule_flops(sf) + step_cost * steps
+    batched = sf.annotated.plan.spaces
+    flops, steps = cost_polynomials(sf, [s.space for s in batched])
+    counts = [s.num_batches(extents.extent(s.space)) for s in batched]
+    return evaluate(flops, counts) + step_cost * evaluate(steps, counts)
 
 
 def cheapest_structure(
@@ -122,8 +116,6 @@ def cheapest_structure(
         >>> str(cheapest_structure(forest, sq.BatchPlan.of({"a": 2})).annotated.plan)
         'BatchPlan(a: 2 batches [external, contracted])'
     """
-    from .search import default_step_cost  # search imports this module's neighbours
-
     base = schedule_forest(forest, plan, mode_order=mode_order)
     if not plan.spaces or schedule_flops(base) <= forest.flops:
         return base  # nothing is rebuilt: no structure can save a FLOP
