@@ -35,7 +35,7 @@ def add_out_option(parser: argparse.ArgumentParser) -> None:
 
 
 def write_out(out: Path | None, md: str, rows: list[dict[str, Any]]) -> None:
-    """``OUT.md`` (the table) and ``OUT.json`` (the rows), when ``--out`` was given."""
+    """The table and the rows at ``--out`` with the suffixes .md and .json (when given)."""
     if out is None:
         return
     out.parent.mkdir(parents=True, exist_ok=True)
