@@ -130,11 +130,34 @@ def cheapest_structure(
         except ScheduleError:
             continue  # this structure cannot express the counts: not a candidate
         candidates.append((_cost(sf, price), rank, sf))
-    need = {rank: required_bytes(sf) for _, rank, sf in candidates}
-    # batching is asked for to save memory: a structure predicted to need as much as the
-    # unbatched program is no candidate (the caller's own always is)
-    unbatched = required_bytes(schedule_forest(forest, BatchPlan(), mode_order=mode_order))
-    fits = [c for c in candidates if c[1] == -1 or need[c[1]] < unbatched]
-    cheapest = min(cost for cost, _, _ in fits)
-    near = [(need[rank], rank, sf) for cost, rank, sf in fits if cost <= COST_TOLERANCE * cheapest]
-    return min(near, key=lambda c: c[:2])[2]
+    # priced in order of cost, so the memory model (a lowering each) runs only for the
+    # structures that can still win, not for a costly default's deep nests
+    candidates.sort(key=lambda c: c[:2])
+    need: dict[int, int] = {}
+
+    def memory(rank: int, sf: ScheduledForest) -> int:
+        if rank not in need:
+            need[rank] = required_bytes(sf)
+        return need[rank]
+
+    unbatched: list[int] = []
+
+    def fits(rank: int, sf: ScheduledForest) -> bool:
+        # batching is asked for to save memory: a structure predicted to need as much as
+        # the unbatched program is no candidate (the caller's own always is)
+        if rank == -1:
+            return True
+        if not unbatched:
+            whole = schedule_forest(forest, BatchPlan(), mode_order=mode_order)
+            unbatched.append(required_bytes(whole))
+        return memory(rank, sf) < unbatched[0]
+
+    cheapest = next(cost for cost, rank, sf in candidates if fits(rank, sf))
+    near = [
+        (rank, sf)
+        for cost, rank, sf in candidates
+        if cost <= COST_TOLERANCE * cheapest and fits(rank, sf)
+    ]
+    if len(near) == 1:
+        return near[0][1]
+    return min(near, key=lambda c: (memory(*c), c[0]))[1]
