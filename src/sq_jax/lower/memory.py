@@ -7,7 +7,8 @@ footprint per value, live from its first to its last use. XLA allocates more tha
 * an operand whose modes do not group into a matrix (:mod:`sq_jax.lower.gemm`) is
   transposed into a copy before the product;
 * a **loop** holds its accumulators (sum escapes), its carried values and the stacked
-  per-batch pieces of its scatter escapes for its whole duration; moving stacked pieces
+  per-batch pieces of its scatter escapes for its whole duration (a value carried out
+  of nested loops is one buffer, made in place by the innermost); moving stacked pieces
   into place (a scatter along any axis but the first, or an uneven last batch) is
   another full-size copy; operand copies that do not change inside the loop (inputs
   cut to an outer loop's batch, packed inputs) are made once before it, while a whole
@@ -412,11 +413,13 @@ class _Walker:
         base: list[_Item],
         keep: set[int],
         done: frozenset = frozenset(),
+        held: frozenset[int] = frozenset(),
     ) -> None:
         """Points of one body run on top of ``base``.
 
         ``keep`` lives to the body's end; the operand copies in ``done`` were made before
-        (hoisted out of a loop).
+        (hoisted out of a loop); the values in ``held`` are carried out of an enclosing
+        loop, whose carried buffer (charged in ``base``) they are made in.
         """
         plan = plan_sums(body, keep)
         cuts = plan.cuts
@@ -473,13 +476,13 @@ class _Walker:
                 *(item for first, last, item in zeros if first <= now < last),
             ]
             if isinstance(ins, Loop):
-                live.update(self.loop(ins, here, done))
+                live.update(self.loop(ins, here, done, held))
             elif isinstance(ins, Accumulate):
-                live[ins.value_id] = self.accumulate(ins, here, done)
+                live[ins.value_id] = self.accumulate(ins, here, done, held)
             elif k in fused or k in plan.skip or k in placed.unmade:
                 live[ins.value_id] = (f"v{ins.value_id}", Counter())  # never materialised
             elif k in cuts:
-                out = (f"v{ins.value_id}", _size(ins.dims))
+                out = (f"v{ins.value_id}", Counter() if ins.value_id in held else _size(ins.dims))
                 # each group's sum lives until the cut stacks them; groups are charged in
                 # sum order (XLA's scheduler may find a cheaper one: up to 7% measured)
                 sums = []
@@ -490,7 +493,8 @@ class _Walker:
                 self.emit([*here, *sums, _stacked(cuts[k], ins), out], str(ins))
                 live[ins.value_id] = out
             else:
-                out = (f"v{ins.value_id}", _size(ins.dims))
+                # a value carried out of an enclosing loop is made in the loop's buffer
+                out = (f"v{ins.value_id}", Counter() if ins.value_id in held else _size(ins.dims))
                 # an elementwise sum writes over an operand of its shape that dies here
                 dying = [
                     v
@@ -525,7 +529,9 @@ class _Walker:
             for v in [v for v in live if last.get(v, -1) <= k and v not in keep]:
                 del live[v]
 
-    def accumulate(self, ins: Accumulate, here: list[_Item], done: frozenset) -> _Item:
+    def accumulate(
+        self, ins: Accumulate, here: list[_Item], done: frozenset, held: frozenset[int]
+    ) -> _Item:
         """Points of a sequenced sum: each term's body in turn, beside the accumulator."""
         acc = (f"v{ins.value_id} (sequenced sum)", _size(ins.dims))
         state = ("state of the sequenced sum", Counter({((), None): LOOP_STATE}))
@@ -533,13 +539,21 @@ class _Walker:
             computed = term.read.input_key is None and term.read.scalar is None
             keep = {term.read.value_id} if computed else set()
             if term.body:
-                self.body(term.body, [*here, acc, state], keep, done)
+                self.body(term.body, [*here, acc, state], keep, done, held)
             else:
                 self.emit([*here, acc, state], f"{ins.value_id} += {term.read}")
         return acc
 
-    def loop(self, lp: Loop, here: list[_Item], done: frozenset) -> dict[int, _Item]:
-        """Points of a loop; returns the values it leaves behind with their sizes."""
+    def loop(
+        self, lp: Loop, here: list[_Item], done: frozenset, held: frozenset[int]
+    ) -> dict[int, _Item]:
+        """Points of a loop; returns the values it leaves behind with their sizes.
+
+        A value in ``held`` is carried out of an enclosing loop too: XLA gives the carries
+        of nested loops, and the value made inside, one buffer (measured: spin-orbital
+        CCSD, ``{"a": 2, "i": 2}``, a value carried out of four nested loops was four
+        buffers in the model, one in XLA's allocation).
+        """
         space, name = lp.loop[0], f"loop {lp.loop[0]}#{lp.loop[1]}"
         hoisted = _hoisted(lp, done)
         reads = whole_input_copies(lp) if lp.copies else {}
@@ -552,16 +566,20 @@ class _Walker:
         for v, dims in lp.sums:
             outputs[v] = (f"v{v} (summed over {name})", _size(dims))
         for v, dims in lp.carries:
-            outputs[v] = (f"v{v} (carried out of {name})", _size(dims))
+            outputs[v] = (f"v{v} (carried out of {name})", Counter() if v in held else _size(dims))
         inner = [*here, *((n, c) for n, (_, c) in hoisted.items())]
         inner.append((f"state of {name}", Counter({((), None): LOOP_STATE})))
         after: list[_Item] = []
         for v, p, dims in lp.scatters:
             whole = _size((e, None if at == lp.loop else at) for e, at in dims)
-            outputs[v] = (f"v{v} (stacked batches of {name})", whole)
+            outputs[v] = (f"v{v} (stacked batches of {name})", Counter() if v in held else whole)
             extra = _when_uneven(_size(dims), space)  # one piece too many if uneven
-            inner.append((f"v{v} (stacked batches of {name})", whole + extra))
-            moved = Counter(whole) if p != 0 else Counter()  # batch axis into place
+            # batches stacked along the first axis of a value that an enclosing loop
+            # carries are stacked in that loop's buffer; along another axis they are
+            # moved into it
+            stacked = Counter() if v in held and p == 0 else whole
+            inner.append((f"v{v} (stacked batches of {name})", stacked + extra))
+            moved = Counter(whole) if p != 0 and v not in held else Counter()
             moved.update(_when_uneven(whole, space))  # an uneven last batch is cut off
             after.append((f"v{v} (moved into place after {name})", moved))
         keep = {v for v, _ in (*lp.sums, *lp.carries)} | {v for v, _, _ in lp.scatters}
@@ -577,7 +595,10 @@ class _Walker:
             result = (f"v{product.value_id}", _size(product.dims))
             self.emit([*inner, packed, result], str(product))
             return outputs
-        self.body(lp.body, inner, keep, made)
+        # inside the loop a scattered value is one batch's piece, made apart from the
+        # enclosing loops' buffers
+        inside = (held - {v for v, _, _ in lp.scatters}) | {v for v, _ in lp.carries}
+        self.body(lp.body, inner, keep, made, inside)
         if any(+c for _, c in after):
             self.emit([*inner, *after], f"after {name}")
         if not any(isinstance(sub, Loop) for sub in lp.body):  # peeled: see Loop.peel
