@@ -595,9 +595,10 @@ class _Walker:
             result = (f"v{product.value_id}", _size(product.dims))
             self.emit([*inner, packed, result], str(product))
             return outputs
-        # inside the loop a scattered value is one batch's piece, made apart from the
-        # enclosing loops' buffers
-        inside = (held - {v for v, _, _ in lp.scatters}) | {v for v, _ in lp.carries}
+        # inside the loop a scattered value is one batch's piece and a summed one a
+        # partial sum, made apart from the enclosing loops' buffers
+        apart = {v for v, _, _ in lp.scatters} | {v for v, _ in lp.sums}
+        inside = (held - apart) | {v for v, _ in lp.carries}
         self.body(lp.body, inner, keep, made, inside)
         if any(+c for _, c in after):
             self.emit([*inner, *after], f"after {name}")
