@@ -40,8 +40,10 @@ a result) or worse: it packs its buffers into one heap and leaves gaps (measured
 20% over the live bytes with many nested loops), which the model does not predict.
 ``tests/test_memory_model.py`` checks the model against ``memory_analysis()``; on
 closed-shell CCSD at benzene/cc-pVDZ sizes (o=21, v=93) the prediction was 0.93-1.02x
-XLA's temporaries + outputs on plans with hoisted operands, 0.70-0.92x on plans with
-``i`` in external batches around contracted ``a`` loops (heap gaps).
+XLA's temporaries + outputs on plans with hoisted operands, and is 1.00-1.04x on the
+plans ``memory_budget`` chooses at 1/4 and 1/8 of the unbatched program's memory (with
+``i`` in external batches around contracted ``a`` loops it was 0.68-0.92x until the
+output a result is moved into was charged through its loop: that was no heap gap).
 
 Example:
     >>> import sq_jax as sq
