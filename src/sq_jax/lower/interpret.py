@@ -78,7 +78,8 @@ def run_lowered(
     env: dict[int, Any] = {}
     if shard is None:
         results = {r.read.value_id for r in lowered.results if r.read.input_key is None}
-        run_body(lowered.body, env, {}, RunSettings(cast, dtype, remat), results)
+        run = RunSettings(cast, dtype, remat)
+        run_body(lowered.body, env, {}, run, results, after_largest=True)
     else:
         run_sharded_body(shard, lowered.body, env, cast, dtype, remat, padded)
     out: dict[str, Any] = {}

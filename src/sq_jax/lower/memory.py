@@ -29,7 +29,10 @@ these buffers, every one live from its producing instruction to its last reader 
 value read inside a loop is live for the whole loop). The order is the written one
 except where XLA's fusion and scheduler observably move a value (:func:`_placement`:
 values made from inputs alone are made just before their first reader, elementwise
-ones are recomputed inside their elementwise readers). It is *symbolic*: a buffer's size
+ones are recomputed inside their elementwise readers). XLA's scheduler may also move
+whole loops, not seeing what they hold inside; the lowering holds the loops written
+after the one that makes the largest value to run after it
+(:func:`sq_jax.lower.execute.loop_done`). It is *symbolic*: a buffer's size
 is a monomial in the block sizes of the batched spaces, and buffers that exist only
 when a space's block size does not divide its extent carry that condition — so one
 model prices every batch count of a plan's role choice (the memory-budget planner,
