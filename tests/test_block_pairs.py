@@ -86,13 +86,19 @@ def test_nothing_is_marked_without_a_declared_joint_swap_or_without_the_option()
     assert not _nests(plain_inputs) and not _nests(not_trusted)
 
 
-def test_derivatives_are_the_plain_programs_in_every_direction():
+@pytest.mark.parametrize("remat", [False, True], ids=["plain", "remat"])
+def test_derivatives_are_the_plain_programs_in_every_direction(remat):
     # the symmetric parts are a primal shortcut: jvp and vjp along directions that break
-    # the declared symmetries equal the plain program's
+    # the declared symmetries equal the plain program's (with remat, the nest runs in
+    # the written-out reverse pass of :mod:`sq_jax.lower.reverse`)
     spaces = sq.Spaces(i=4, a=9)
     text = ladder("N-C-S")
     prog = sq.compile(
-        text, spaces, batch={"a": {"batches": 3, "roles": "both"}}, pair_symmetry=True
+        text,
+        spaces,
+        batch={"a": {"batches": 3, "roles": "both"}},
+        pair_symmetry=True,
+        remat=remat,
     )
     assert _nests(prog)
     plain = sq.compile(text, spaces)

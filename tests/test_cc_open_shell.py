@@ -85,7 +85,7 @@ def test_uhf_frozen_core_equals_pyscf(oh_uhf):
 
 
 def test_density_fitted_uhf_frozen_core_equals_pyscf_df_uccsd():
-    mf = _scf(lambda mol: scf.UHF(mol).density_fit(), OH, "6-31g", spin=1)
+    mf = _scf(lambda mol: scf.UHF(mol).density_fit(), OH, "sto-3g", spin=1)
     ref = _pyscf_ccsd(mf, frozen=1)  # PySCF's dfuccsd: the SCF's fitting basis throughout
     run = cc.ccsd(mf, df=True, frozen=1, **TIGHT)
     assert run.equations == "ccsd_so_df"

@@ -103,33 +103,6 @@ def test_grad_wrt_full_tensor_input():
     assert_rel_close(jax.grad(loss(batched))(f), jax.grad(loss(plain))(f))
 
 
-def _prevent_cse_flags(jaxpr):
-    """``prevent_cse`` of every ``jax.checkpoint`` in ``jaxpr``, nested jaxprs included."""
-    found = []
-    for eqn in jaxpr.eqns:
-        if "prevent_cse" in eqn.params:  # the checkpoint primitive (remat2 in jax 0.10)
-            found.append(eqn.params["prevent_cse"])
-        for value in eqn.params.values():
-            inner = getattr(value, "jaxpr", value)
-            if hasattr(inner, "eqns"):
-                found += _prevent_cse_flags(inner)
-    return found
-
-
-def test_remat_keeps_barriers_only_on_peeled_batches():
-    # i=3 in batches of 2: the inner loop (no loop inside) runs one batch in its scan and
-    # peels the smaller last one; the outer one overlaps its last batch (all in its scan).
-    # Only the peeled call, outside its loop, keeps prevent_cse's barriers.
-    text = "E = g{i1,i2;a1,a2} t{a1;i1} t{a2;i2}"
-    spaces = sq.Spaces(i=3, a=4)
-    prog = compile(text, spaces, batch={"i": {"block": 2, "roles": "contracted"}}, remat=True)
-    rng = np.random.default_rng(4)
-    x = {"g{i,i;a,a}": rng.standard_normal((3, 3, 4, 4)), "t{a;i}": rng.standard_normal((4, 3))}
-    flags = _prevent_cse_flags(prog.make_jaxpr(x).jaxpr)
-    assert [lp.peel for lp in prog.lowered.loops()] == [False, True]
-    assert sorted(flags) == [False, False, True]
-
-
 def test_loop_accumulators_start_as_zeros_that_depend_on_what_the_loop_reads():
     # JAX differentiates a loop by a fixpoint over which carries depend on the inputs;
     # an accumulator starting as a constant zero costs a second pass per nesting level

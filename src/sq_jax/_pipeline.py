@@ -83,7 +83,9 @@ def compile(
             fewest FLOPs, the one predicted to need the least memory
             (:func:`~sq_jax.budget.structure.cheapest_structure`; not with a ``mesh``).
             A ``BatchPlan`` is used as it is.
-        remat: wrap every loop body in ``jax.checkpoint`` (bounded reverse-mode memory).
+        remat: bounded reverse-mode memory: batches are recomputed in a backward pass
+            written out over the loops (:mod:`sq_jax.lower.reverse`), one cotangent
+            accumulator per array. A JVP then recomputes the forward program.
         mode_order: spaces, outermost loop first (a tie-break for the loop nesting).
         memory_budget: bytes (or text such as ``"2 GiB"``) for what the compiled program
             allocates — intermediates, XLA's operand copies, loop buffers and results, as

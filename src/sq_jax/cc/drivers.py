@@ -200,7 +200,7 @@ def solve_cc(
         batch: a batch plan for the residual program, e.g. ``{"a": 4}``.
         memory_budget: bytes (or ``"2 GiB"``) for what the residual program allocates
             (see :func:`sq_jax.compile`); the batch plan is then chosen for you.
-        remat: wrap loop bodies in ``jax.checkpoint``.
+        remat: recompute batches in reverse mode (bounded gradient memory).
         verbose: print one line per iteration.
         df: density-fitted equations (``ccsd_cs_df`` / ``ccsd_so_df``) on three-index
             factors: PySCF's with ``auxbasis`` (default: the basis ``mf.density_fit()``

@@ -72,7 +72,7 @@ def triples_program(
         batch: a batch plan, e.g. ``{"i": 2}`` (loops over occupied triples).
         memory_budget: bytes (or ``"2 GiB"``) for what the program allocates; the plan
             is chosen for it (:func:`sq_jax.compile`). Exclusive with ``batch``.
-        remat: wrap loop bodies in ``jax.checkpoint`` (for derivatives).
+        remat: recompute batches in reverse mode (bounded gradient memory).
 
     Returns:
         The :class:`~sq_jax.lower.program.Program`.

@@ -10,8 +10,9 @@ trace of the body for the smaller last batch — exact, and nothing is padded.
 
 Operands are cut to the current batch on use with ``lax.dynamic_slice``; values
 produced outside a loop are captured by its body, never recomputed. With ``remat=True``
-every loop body is wrapped in ``jax.checkpoint``, so reverse mode recomputes a batch's
-intermediates instead of storing them for every batch.
+a program with loops is differentiated by the backward pass of
+:mod:`sq_jax.lower.reverse`: a batch's values are recomputed instead of stored for every
+batch, and every array has one cotangent accumulator.
 
 Example:
     >>> import jax, numpy as np, sq_jax as sq
@@ -33,7 +34,8 @@ from typing import Any
 import jax.numpy as jnp
 
 from .execute import RunSettings, read_operand, run_body
-from .ir import LoweredProgram
+from .ir import Loop, LoweredProgram
+from .reverse import run_reversible_body
 from .shard import ShardPlan, run_sharded_body
 
 __all__ = ["run_lowered"]
@@ -53,7 +55,9 @@ def run_lowered(
         lowered: the instruction tree (:func:`~sq_jax.lower.instructions.lower_schedule`).
         blocks: one array per input block key (and scalar variable), as returned by
             :func:`sq_jax.forest.inputs.bind_inputs`.
-        remat: wrap every loop body in ``jax.checkpoint``.
+        remat: differentiate through :mod:`sq_jax.lower.reverse` (recompute batches;
+            bounded reverse-mode memory). With ``shard``: wrap each batch in
+            ``jax.checkpoint``.
         shard: distribute the batches of every root loop over this plan's device mesh
             (:mod:`sq_jax.lower.shard`); ``None`` runs everything on one device.
         padded: with ``shard``, blocks of ``shard.inputs`` already zero-padded along
@@ -79,7 +83,10 @@ def run_lowered(
     if shard is None:
         results = {r.read.value_id for r in lowered.results if r.read.input_key is None}
         run = RunSettings(cast, dtype, remat)
-        run_body(lowered.body, env, {}, run, results, after_largest=True)
+        if remat and any(isinstance(ins, Loop) for ins in lowered.body):
+            env.update(run_reversible_body(lowered.body, run, sorted(results)))
+        else:
+            run_body(lowered.body, env, {}, run, results, after_largest=True)
     else:
         run_sharded_body(shard, lowered.body, env, cast, dtype, remat, padded)
     out: dict[str, Any] = {}

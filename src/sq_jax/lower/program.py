@@ -87,7 +87,7 @@ class Program(eqx.Module):
     lowered: LoweredProgram = eqx.field(static=True)
     """The instruction tree the jitted function runs."""
     remat: bool = eqx.field(static=True)
-    """Whether loop bodies are wrapped in ``jax.checkpoint``."""
+    """Whether reverse mode recomputes batches (:mod:`sq_jax.lower.reverse`)."""
     flops: int = eqx.field(static=True)
     """Static FLOP count, recomputation across batches included (accumulator adds not):
     :func:`sq_jax.schedule.cost.schedule_flops`, products over symmetric pairs at their
