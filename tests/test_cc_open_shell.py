@@ -93,14 +93,14 @@ def test_density_fitted_uhf_frozen_core_equals_pyscf_df_uccsd():
 
 
 def test_ch2_triplet_uhf_equals_pyscf():
-    mf = _scf(scf.UHF, CH2, "6-31g", spin=2)
+    mf = _scf(scf.UHF, CH2, "sto-3g", spin=2)
     ref = _pyscf_ccsd(mf)
     run = cc.ccsd(mf, **TIGHT)
     assert abs(run.e_corr - ref.e_corr) < 1e-9 and abs(run.e_tot - ref.e_tot) < 1e-9
 
 
 def test_rohf_ccsd_equals_pyscf_rohf_route():
-    mf = _scf(scf.ROHF, OH, "6-31g", spin=1)
+    mf = _scf(scf.ROHF, OH, "sto-3g", spin=1)
     ref = _pyscf_ccsd(mf)  # PySCF: the ROHF object converted to UHF, then UCCSD
     run = cc.ccsd(mf, **TIGHT)
     assert abs(run.e_corr - ref.e_corr) < 1e-9 and abs(run.e_tot - ref.e_tot) < 1e-9
