@@ -18,6 +18,7 @@ from sq_jax.forest.inputs import input_specs
 from sq_jax.forest.reference import evaluate_forest
 from sq_jax.lower.ir import Loop
 from sq_jax.plan import BatchPlan
+from tests.helpers.close import assert_rel_close as close
 from tests.helpers.corpus import (
     CASES,
     COMBINED,
@@ -33,11 +34,7 @@ RTOL = 1e-12
 
 
 def assert_rel_close(got, want, rtol=RTOL, name=""):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.shape == want.shape, (name, got.shape, want.shape)
-    scale = max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
-    err = float(np.max(np.abs(got - want))) if want.size else 0.0
-    assert err <= rtol * scale, f"{name}: max error {err:.3e} > {rtol:g} * {scale:.3e}"
+    close(got, want, rtol, name)
 
 
 # -- the corpus, one case at a time, unbatched ---------------------------------------------

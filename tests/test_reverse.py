@@ -18,6 +18,7 @@ import sq_jax as sq
 from sq_jax._pipeline import compile
 from sq_jax.cc.equations import load_equations
 from sq_jax.lower.ir import Loop
+from tests.helpers.close import assert_rel_close as close
 from tests.helpers.schedule_corpus import CC_PLANS, TEXT_CASES, cc_forest, random_blocks
 
 RTOL = 1e-10
@@ -25,11 +26,7 @@ SPACES = sq.Spaces(i=3, a=4, Κ=5)  # blocks that leave remainders: peeled and o
 
 
 def assert_rel_close(got, want, rtol=RTOL, name=""):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.shape == want.shape, (name, got.shape, want.shape)
-    scale = max(1.0, float(np.max(np.abs(want))))
-    err = float(np.max(np.abs(got - want)))
-    assert err <= rtol * scale, f"{name}: max error {err:.3e} > {rtol:g} * {scale:.3e}"
+    close(got, want, rtol, name)
 
 
 def _loss(prog, weights):
