@@ -11,6 +11,7 @@ from jax.test_util import check_grads
 import sq_jax as sq
 from sq_jax._pipeline import compile
 from tests.helpers.close import assert_rel_close as close
+from tests.helpers.close import weighted_sum
 from tests.helpers.schedule_corpus import TEXT_CASES, random_blocks
 
 RTOL = 1e-10
@@ -19,14 +20,6 @@ SPACES = sq.Spaces(i=3, a=4, Κ=5)
 
 def assert_rel_close(got, want, rtol=RTOL, name=""):
     close(got, want, rtol, name)
-
-
-def _scalar(prog, weights):
-    def f(x):
-        out = prog(x)
-        return sum(jnp.sum(out[k] * weights[k]) for k in sorted(out))
-
-    return f
 
 
 CASES = {
@@ -58,8 +51,8 @@ def test_grad_and_jvp_match_unbatched(name, remat):
     plain = compile(text, SPACES)
     rng = np.random.default_rng(22)
     w = {k: rng.standard_normal(np.shape(v)) for k, v in plain(x).items()}
-    g_b = jax.jit(jax.grad(_scalar(batched, w)))(x)
-    g_u = jax.jit(jax.grad(_scalar(plain, w)))(x)
+    g_b = jax.jit(jax.grad(weighted_sum(batched, w)))(x)
+    g_u = jax.jit(jax.grad(weighted_sum(plain, w)))(x)
     for k in x:
         assert_rel_close(g_b[k], g_u[k], name=k)
     tangent = {k: jnp.asarray(rng.standard_normal(v.shape)) for k, v in x.items()}

@@ -19,6 +19,7 @@ from sq_jax._pipeline import compile
 from sq_jax.cc.equations import load_equations
 from sq_jax.lower.ir import Loop
 from tests.helpers.close import assert_rel_close as close
+from tests.helpers.close import weighted_sum
 from tests.helpers.schedule_corpus import CC_PLANS, TEXT_CASES, cc_forest, random_blocks
 
 RTOL = 1e-10
@@ -27,14 +28,6 @@ SPACES = sq.Spaces(i=3, a=4, Κ=5)  # blocks that leave remainders: peeled and o
 
 def assert_rel_close(got, want, rtol=RTOL, name=""):
     close(got, want, rtol, name)
-
-
-def _loss(prog, weights):
-    def f(x):
-        out = prog(x)
-        return sum(jnp.sum(out[k] * weights[k]) for k in sorted(out))
-
-    return f
 
 
 def _compare(text, spaces, plan, seed=0, wrt=None, jvp=True):
@@ -50,7 +43,7 @@ def _compare(text, spaces, plan, seed=0, wrt=None, jvp=True):
     fixed = {k: v for k, v in x.items() if k not in wrt}
 
     def loss(prog):
-        return lambda moved: _loss(prog, w)({**fixed, **moved})
+        return lambda moved: weighted_sum(prog, w)({**fixed, **moved})
 
     moved = {k: x[k] for k in wrt}
     got = jax.jit(jax.grad(loss(batched)))(moved)

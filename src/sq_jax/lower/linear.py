@@ -55,6 +55,14 @@ def linear_map(
     structure of ``push``'s output, and be the transpose of ``push`` in ``x``.
     ``out_like``: arrays shaped as ``push``'s output, when the caller has them (else
     ``push`` is traced once to find out; under reverse mode it is never run).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> a = jnp.array([[1.0, 2.0], [3.0, 4.0]])
+        >>> def f(x):  # x -> a @ x, its transpose y -> a.T @ y
+        ...     return linear_map(lambda r, x: r @ x, lambda r, y: r.T @ y, a, x)
+        >>> jax.grad(lambda x: f(x).sum())(jnp.ones(2)).tolist()  # a.T @ [1, 1]
+        [4.0, 6.0]
     """
     res_flat, res_tree = jax.tree.flatten(residuals)
     x_flat, x_tree = jax.tree.flatten(x)

@@ -141,6 +141,16 @@ def run_reversible_body(
     pass, from the last loop to the first. The values its root loops leave are kept
     from the forward pass for it (JAX would keep most of them as well); values inside
     loops are recomputed there.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, sq_jax as sq
+        >>> text = "E = f{i1;a1} t{a1;i1}"
+        >>> prog = sq.compile(text, sq.Spaces(i=2, a=3), batch={"a": 2}, remat=True)
+        >>> blocks = {"f{i;a}": jnp.ones((2, 3)), "t{a;i}": jnp.ones((3, 2))}
+        >>> (energy,) = [r.read.value_id for r in prog.lowered.results]
+        >>> out = run_reversible_body(prog.lowered.body, RunSettings(blocks, jnp.float64), [energy])
+        >>> float(out[energy])
+        6.0
     """
     keys = _sources(body)
     sources = {k: _get(k, {}, run) for k in keys}
