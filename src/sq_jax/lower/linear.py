@@ -7,16 +7,16 @@ order (``jax.hessian``, ``check_grads(order=2)``) fail through it. Here they are
 own derivatives of ``push`` (and of ``pull`` for the transposed map), so a map stays
 differentiable to any order, under ``vmap`` as well.
 
-:mod:`sq_jax.lower.reverse` gives each root loop of a rematerialized program its tangent
-through this: forward mode runs ``push`` (plain JVP through the loop), reverse mode runs
-``pull`` (the loop's written-out backward pass).
+:mod:`sq_jax.lower.reverse` gives a rematerialized program its tangent through this:
+forward mode runs ``push`` (JAX's JVP of the forward program), reverse mode runs ``pull``
+(the backward pass written out over the program's loops).
 
 Example:
     >>> import jax, jax.numpy as jnp
     >>> def push(r, x):  # x -> r * x
     ...     return r * x
-    >>> def pull(r, y):  # its transpose, marked so we can see it ran
-    ...     return r * y + 0.0
+    >>> def pull(r, y):  # its transpose
+    ...     return r * y
     >>> f = lambda r, x: linear_map(push, pull, r, x)
     >>> float(jax.grad(f, argnums=1)(3.0, 2.0)), float(jax.grad(f, argnums=0)(3.0, 2.0))
     (3.0, 2.0)
@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
+
+from .._errors import LoweringError
 
 __all__ = ["linear_map"]
 
@@ -79,7 +81,11 @@ def linear_map(
         r = jax.tree.unflatten(res_tree, args[:n])
         got = pull(r, jax.tree.unflatten(out_tree, args[n:]))
         if jax.tree.structure(got) != x_tree:
-            raise TypeError(f"pull returned {jax.tree.structure(got)}, expected {x_tree}")
+            raise LoweringError(
+                f"linear_map: pull returned cotangents structured as "
+                f"{jax.tree.structure(got)}, expected the structure of x, {x_tree}; "
+                "make pull return one cotangent per leaf of x"
+            )
         return jax.tree.leaves(got)
 
     outs = _linear_p.bind(

@@ -480,8 +480,15 @@ def _body_reverse(
     def add(key: Key, x: Any) -> None:
         _route(key, x, acc, sinks, ct)
 
+    made_sinks: dict[Key, Sink] = {}
+
     def sink(key: Key) -> Sink | None:
-        """A pullback of one value made by a run of instructions of this body."""
+        """A pullback of one value made by a run of instructions of this body.
+
+        Made once, however many loops read the value.
+        """
+        if key in made_sinks:
+            return made_sinks[key]
         j = made_by.get(key)
         if j is None or isinstance(items[j], Loop):
             return None
@@ -491,7 +498,8 @@ def _body_reverse(
         reads = [k for k in _sources(needed) if k in reads]
         fn = _segment_values(needed, local, ctx, run, [v])
         _, pullback = jax.vjp(fn, {k: _get(k, local, run) for k in reads})
-        return Sink(lambda x: pullback({v: x})[0], tuple(reads))
+        made_sinks[key] = Sink(lambda x: pullback({v: x})[0], tuple(reads))
+        return made_sinks[key]
 
     for record in reversed(records):
         item, reads = record[0], record[1]
