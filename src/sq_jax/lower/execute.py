@@ -121,10 +121,41 @@ class RunSettings:
     run from now on start from it, so XLA runs them after that one; ``None``: none."""
 
 
+def plus(x: Any, y: Any) -> Any:
+    """``x + y`` as one ``lax.add`` where the arrays match (else NumPy's rules).
+
+    Why not ``+``: ``jnp``'s operators are small jitted functions, and ``jax.vjp``
+    linearizes each one as a call of its own. The reverse pass of a rematerialized
+    program (:mod:`..reverse`) differentiates every run of instructions that way; in W4
+    the operators' linearizations took more trace time than the rest of those runs.
+
+    Example:
+        >>> import numpy as np
+        >>> plus(np.ones(2), np.ones(2)).tolist()
+        [2.0, 2.0]
+    """
+    if jnp.shape(x) == jnp.shape(y) and jnp.result_type(x) == jnp.result_type(y):
+        return lax.add(x, y)
+    return x + y
+
+
+def scaled(c: float, x: Any) -> Any:
+    """``c * x`` for a Python number ``c``, as one ``lax.mul`` (see :func:`plus`).
+
+    Example:
+        >>> import numpy as np
+        >>> scaled(0.5, np.ones(2)).tolist(), scaled(1.0, np.ones(2)).tolist()
+        ([0.5, 0.5], [1.0, 1.0])
+    """
+    if c == 1.0:
+        return x
+    return lax.mul(x, c) if jnp.issubdtype(jnp.result_type(x), jnp.inexact) else c * x
+
+
 def _mask(x: Any, position: int, size: int, valid_from: Any) -> Any:
     """Zero the elements ``x[..., j, ...]`` with ``j < valid_from`` along ``position``."""
     keep = lax.broadcasted_iota(jnp.int32, x.shape, position) >= valid_from
-    return jnp.where(keep, x, jnp.zeros((), x.dtype))
+    return lax.select(keep, x, lax.full_like(x, 0))
 
 
 def _matrices(plan: GemmPlan, ops: list[Any]) -> tuple[Any, Any, tuple[int, ...]]:
@@ -382,8 +413,8 @@ def run_body(
             ops = [run.read(r, env, ctx, run.blocks, run.dtype) for r in ins.operands]
             for x, perm, c in zip(ops, ins.perms, ins.coefs, strict=True):
                 x = jnp.transpose(x, perm) if perm != tuple(range(len(perm))) else x
-                terms.append(x if c == 1.0 else c * x)
-            env[ins.value_id] = terms[0] + terms[1]
+                terms.append(scaled(c, x))
+            env[ins.value_id] = plus(terms[0], terms[1])
         else:
             out = run_loop(ins, env, ctx, run)
             env.update(out)
@@ -462,7 +493,8 @@ def _accumulate(ins: Accumulate, env: Mapping[int, Any], ctx: Ctx, run: RunSetti
             local = dict(env)
             keep = (term.read.value_id,) if term.read.input_key is None else ()
             run_body(term.body, local, ctx, run, keep)
-            return acc + _term_value(term, run.read(term.read, local, ctx, run.blocks, run.dtype))
+            x = run.read(term.read, local, ctx, run.blocks, run.dtype)
+            return plus(acc, _term_value(term, x))
 
         return add
 
@@ -476,7 +508,7 @@ def _accumulate(ins: Accumulate, env: Mapping[int, Any], ctx: Ctx, run: RunSetti
 def _term_value(term: Term, x: Any) -> Any:
     """``term.coef * T(x)``: a sequenced sum's term, read, in the sum's mode order."""
     x = x if term.perm == tuple(range(len(term.perm))) else jnp.transpose(x, term.perm)
-    return x if term.coef == 1.0 else term.coef * x
+    return scaled(term.coef, x)
 
 
 def _read_only_sum(ins: Accumulate, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> Any:
@@ -500,7 +532,9 @@ def _read_only_sum(ins: Accumulate, env: Mapping[int, Any], ctx: Ctx, run: RunSe
     def total(*xs: Any) -> Any:
         # the first term starts the sum: a chain's previous part (read as is) then
         # becomes the accumulator, with no zeros and no extra pass
-        rest = [(lambda acc, k=k: acc + term(k, xs[where[k]])) for k in range(1, len(ins.terms))]
+        rest = [
+            (lambda acc, k=k: plus(acc, term(k, xs[where[k]]))) for k in range(1, len(ins.terms))
+        ]
         acc = term(0, xs[where[0]])
         if run.vary is not None:
             acc = run.vary(acc)
@@ -517,7 +551,7 @@ def _read_only_sum(ins: Accumulate, env: Mapping[int, Any], ctx: Ctx, run: RunSe
         ]
         if not parts:
             return out, jnp.zeros_like(out)
-        return out, functools.reduce(operator.add, parts)
+        return out, functools.reduce(plus, parts)
 
     total.defjvp(tangent, symbolic_zeros=True)
     return total(*values)

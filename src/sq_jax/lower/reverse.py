@@ -467,10 +467,15 @@ def _body_reverse(
         else:
             keep = [v for v in made if f"v:{v}" in read_later[j] or f"v:{v}" in kept]
             fn = _segment_values(item, local, ctx, run, keep)
-            # differentiated in the backward pass, if its values get cotangents there
-            if used:
+            pullback = None
+            if used and reads and keep:
+                # traced once for both: its values now, its pullback in the backward pass
+                primal, pullback = jax.vjp(fn, {k: _get(k, local, run) for k in reads})
+                local.update(primal)
+            elif used:
                 local.update(fn({}))
-            records.append((item, reads, keep, fn))
+            # else differentiated in the backward pass, if its values get cotangents there
+            records.append((item, reads, keep, fn, pullback))
         if reads:
             live |= {f"v:{v}" for v in made}
             made_by.update((f"v:{v}", j) for v in made)
@@ -536,11 +541,14 @@ def _body_reverse(
                 else:
                     ct[k] = x
         else:
-            _, _, keep, fn = record
+            _, _, keep, fn, pullback = record
             cts = {v: ct.pop(f"v:{v}", None) for v in keep}
             if all(x is None for x in cts.values()):
                 continue
-            primal, pullback = jax.vjp(fn, {k: _get(k, local, run) for k in reads})
+            if pullback is None:
+                primal, pullback = jax.vjp(fn, {k: _get(k, local, run) for k in reads})
+            else:
+                primal = local
             cts = {v: jnp.zeros_like(primal[v]) if x is None else x for v, x in cts.items()}
             (grads,) = pullback(cts)
             for k, x in grads.items():
