@@ -246,7 +246,7 @@ def _md_w4(r: dict) -> list[str]:
         "",
         f"## W4 gradient ({w['system']}, batch {w['batch']}, {w['scalar']})",
         "",
-        "| program | s | ×forward | XLA temp | temp ×forward | compile s (CPU s) "
+        "| program | s | ×forward | XLA temp | temp ×forward | compile s (CPU s), median "
         "| compile ×forward (CPU) |",
         "|---|---|---|---|---|---|---|",
         f"| forward | {w['times']['forward']['median_s']:.4f} | 1 | "
@@ -261,7 +261,18 @@ def _md_w4(r: dict) -> list[str]:
             f"{mib(g['xla_temp'])} | {g['temp_over_forward']:.2f} | "
             f"{g['compile_s']:.1f} ({_cpu(g)}) | {ratio:.2f} ({cpu_ratio:.2f}) |"
         )
+    if "compile_samples" in f:
+        L += [
+            "",
+            f"Compile times: medians of {len(f['compile_samples'])} compiles of each "
+            "program, in rotating order; all of them (s, wall):",
+            "",
+        ]
+        L += [f"* {key}: {w[key]['compile_samples']}" for key in _W4_PROGRAMS]
     return L
+
+
+_W4_PROGRAMS = ("forward", "grad_no_remat", "grad_remat")
 
 
 def _md_w5(r: dict) -> list[str]:

@@ -64,6 +64,12 @@ def parse_args() -> argparse.Namespace:
         "cc-pVDZ gradient takes ~2 min on this machine)",
     )
     ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument(
+        "--compile-reps",
+        type=int,
+        default=3,
+        help="W4: compiles of each program, in rotating order; medians are quoted",
+    )
     ap.add_argument("--batch", default="a=2", help="batch plan for 'sq_jax batched', W4")
     ap.add_argument("--no-newton-so", action="store_true")
     ap.add_argument("--skip", default="", help="comma list of workloads to skip, e.g. W4,W5")
@@ -169,8 +175,9 @@ class Run:
         if "W4" not in self.skip:
             s = self.systems[self.w4_sys]
             log(f"W4 {self.w4_sys}")
+            reps, compiles = self.reps, self.args.compile_reps
             r["W4"] = self.guarded(
-                f"W4 {self.w4_sys}", lambda: measure.w4(s, self.reps, self.batch)
+                f"W4 {self.w4_sys}", lambda: measure.w4(s, reps, self.batch, compiles)
             )
         elif self.args.quick:
             r["not_run"].append(
