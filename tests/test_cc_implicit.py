@@ -10,6 +10,7 @@ derivatives must agree too. No PySCF needed.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import equinox as eqx
 import jax
@@ -148,8 +149,14 @@ def test_failures_are_values_or_raise(ccd_cs):
     with pytest.raises(runtime_errors, match="forward solve did not converge"):
         jax.jit(stuck_energy)(f + 0.05 * jnp.eye(7), g)
     short_gmres = implicit_energy(run, gmres_restart=1, gmres_max_steps=1)
-    with pytest.raises(ConvergenceError, match=r"adjoint .* did not converge after 1 restart"):
+    with pytest.raises(
+        ConvergenceError, match=r"adjoint .* did not converge after 1 restart"
+    ) as err:
         short_gmres.gradient(f, g)
+    # the residual GMRES left, not a placeholder, and the tolerance it missed
+    assert np.isfinite(err.value.residual_norm) and err.value.residual_norm > 0
+    wanted = float(re.search(r"wanted ≤ (\S+)\)", str(err.value)).group(1))
+    assert err.value.residual_norm > wanted > 0
     e = converged_energy(run, f, g)
     assert abs(float(e) - run.e_corr) < 1e-9
 

@@ -297,9 +297,10 @@ class ImplicitEnergy:
             return self._p(vjp(m * py)[0]) + (y - py)
 
         op = lx.FunctionLinearOperator(matvec, jax.eval_shape(lambda: b))
+        atol = self._adjoint_tol * jnp.max(jnp.abs(b))
         gmres = lx.GMRES(
             rtol=0.0,
-            atol=self._adjoint_tol * jnp.max(jnp.abs(b)),
+            atol=atol,
             restart=self._restart,
             max_steps=self._max_steps,
             stagnation_iters=10,
@@ -308,7 +309,10 @@ class ImplicitEnergy:
         lam = m * self._p(sol.value)
         _, dr_df, dr_dg = vjp(lam)  # λᵀ ∂R/∂θ
         ok = sol.result == lx.RESULTS.successful
-        return lam, de_df + dr_df, de_dg + dr_dg, ok, sol.stats["num_steps"]
+        # what a failure reports: the residual GMRES left (max-norm, as its test), and
+        # the tolerance it was held to
+        left = jnp.max(jnp.abs(matvec(sol.value) - b))
+        return lam, de_df + dr_df, de_dg + dr_dg, ok, sol.stats["num_steps"], left, atol
 
     def _run(self, stage: str, *args: jax.Array) -> Any:
         """Run ``solve`` or ``adjoint``: traced under ``jit``, else compiled ahead of time.
@@ -341,16 +345,20 @@ class ImplicitEnergy:
             what, unit = f"the {self.method.upper()} forward solve", "iterations"
             hint = "raise max_iter, loosen e_tol/t_tol, or pass throw=False"
         else:
-            ok, count, rnorm, guarded = out[3], out[4], jnp.nan, 3
+            ok, count, rnorm, guarded = out[3], out[4], out[5], 3
             what, unit = "the adjoint (Λ) GMRES solve", "restart cycles"
             hint = "raise gmres_max_steps or adjoint_tol, or pass throw=False"
         if isinstance(ok, jax.core.Tracer):
             message = f"ImplicitEnergy: {what} did not converge ({hint})"
             return (*eqx.error_if(out[:guarded], ~ok, message), *out[guarded:])
         if not bool(ok):
+            if stage == "solve":
+                left = f"last residual norm ‖R‖ = {float(rnorm):.3g}"
+            else:
+                left = f"residual max-norm left {float(rnorm):.3g}, wanted ≤ {float(out[6]):.3g}"
             raise ConvergenceError(
-                f"ImplicitEnergy: {what} did not converge after {int(count)} {unit} (last "
-                f"residual norm ‖R‖ = {float(rnorm):.3g}); {hint}.",
+                f"ImplicitEnergy: {what} did not converge after {int(count)} {unit} ({left}); "
+                f"{hint}.",
                 iterations=int(count),
                 residual_norm=float(rnorm),
             )
