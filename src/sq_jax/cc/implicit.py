@@ -309,10 +309,16 @@ class ImplicitEnergy:
         lam = m * self._p(sol.value)
         _, dr_df, dr_dg = vjp(lam)  # λᵀ ∂R/∂θ
         ok = sol.result == lx.RESULTS.successful
-        # what a failure reports: the residual GMRES left (max-norm, as its test), and
-        # the tolerance it was held to
+        # what a failure reports: the residual GMRES left (max-norm, as its test), the
+        # tolerance it was held to, and lineax's verdict. lineax also wants the iterate
+        # to settle (change by less than atol between restarts): where the Jacobian is
+        # singular, as along the rotation of a linear radical's UHF orbitals about its
+        # axis (OH/STO-3G), the residual can be tiny while the iterate still drifts
+        # along the null direction, and lineax stops it as stagnated. Accepting it there
+        # gave a λ1 element 1e-4 off PySCF's in one run of three, so it is a failure.
         left = jnp.max(jnp.abs(matvec(sol.value) - b))
-        return lam, de_df + dr_df, de_dg + dr_dg, ok, sol.stats["num_steps"], left, atol
+        done = (ok, sol.stats["num_steps"], left, atol, sol.result)
+        return lam, de_df + dr_df, de_dg + dr_dg, *done
 
     def _run(self, stage: str, *args: jax.Array) -> Any:
         """Run ``solve`` or ``adjoint``: traced under ``jit``, else compiled ahead of time.
@@ -355,7 +361,10 @@ class ImplicitEnergy:
             if stage == "solve":
                 left = f"last residual norm ‖R‖ = {float(rnorm):.3g}"
             else:
-                left = f"residual max-norm left {float(rnorm):.3g}, wanted ≤ {float(out[6]):.3g}"
+                left = (
+                    f"residual max-norm left {float(rnorm):.3g}, wanted ≤ {float(out[6]):.3g};"
+                    f" lineax: {self._lx.RESULTS[out[7]]}"
+                )
             raise ConvergenceError(
                 f"ImplicitEnergy: {what} did not converge after {int(count)} {unit} ({left}); "
                 f"{hint}.",
