@@ -142,14 +142,21 @@ def plus(x: Any, y: Any) -> Any:
 def scaled(c: float, x: Any) -> Any:
     """``c * x`` for a Python number ``c``, as one ``lax.mul`` (see :func:`plus`).
 
+    The number takes ``x``'s dtype (a complex or single-precision ``x`` keeps its own).
+
     Example:
         >>> import numpy as np
         >>> scaled(0.5, np.ones(2)).tolist(), scaled(1.0, np.ones(2)).tolist()
         ([0.5, 0.5], [1.0, 1.0])
+        >>> scaled(-1.0, np.ones(1, np.complex64)).dtype
+        dtype('complex64')
     """
     if c == 1.0:
         return x
-    return lax.mul(x, c) if jnp.issubdtype(jnp.result_type(x), jnp.inexact) else c * x
+    dtype = jnp.result_type(x)
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        return c * x
+    return lax.mul(x, lax.convert_element_type(c, dtype))
 
 
 def _mask(x: Any, position: int, size: int, valid_from: Any) -> Any:
