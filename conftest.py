@@ -7,20 +7,55 @@ generates machine code, not what a program computes: the HLO, its buffers (what
 ``memory_analysis`` reports) and the values are the same, and every check keeps its
 tolerance. Benchmarks (``bench/``) and users get XLA's default level.
 
-The setting is the environment variable ``XLA_FLAGS``, read when JAX starts its backend,
-so the processes a test starts (notebook kernels, the CLI, the sharding subprocess)
-inherit it. A level already in ``XLA_FLAGS`` is kept.
+One JAX compilation cache serves the whole run. Many tests compile the same program (the
+CCSD residual of H2O/6-31G, say) in separate ``sq.compile`` calls, on both pytest-xdist
+workers and in the subprocesses of the CLI, notebook and sharding tests, and each CLI
+subprocess compiles the same few hundred eager operations (DIIS, PySCF glue); XLA
+compiled each again, as a new jitted function is a new entry of JAX's in-memory cache.
+The persistent cache is keyed by the computation and the compiler's options, so a hit
+runs the executable XLA would have built. The directory is new for every run (made by
+the controller, removed at its end) and every compile is kept; a cache named by the
+user's ``JAX_COMPILATION_CACHE_DIR`` is used as it is.
+
+Both settings are environment variables (``XLA_FLAGS``, ``JAX_COMPILATION_CACHE_DIR``,
+read when JAX starts), so the processes a test starts (pytest-xdist workers, notebook
+kernels, the CLI, the sharding subprocess) inherit them. A level already in
+``XLA_FLAGS`` is kept.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+
+import pytest
 
 _LEVEL = "--xla_backend_optimization_level"
+_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
+_CACHE_KEY = pytest.StashKey[str]()
 
 
-def pytest_configure(config) -> None:
-    """Compile at optimisation level 0 unless ``XLA_FLAGS`` names a level."""
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile at optimisation level 0 unless ``XLA_FLAGS`` names a level; one cache."""
     flags = os.environ.get("XLA_FLAGS", "")
     if _LEVEL not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} {_LEVEL}=0".strip()
+    if hasattr(config, "workerinput") or os.environ.get(_CACHE_ENV):
+        return  # a worker (the controller's environment names the cache) or the user's
+    path = tempfile.mkdtemp(prefix="sq_jax_tests_xla_cache_")
+    config.stash[_CACHE_KEY] = path
+    os.environ[_CACHE_ENV] = path
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    import jax  # a single-process run (-n0) may have imported JAX before this hook
+
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the run's compilation cache (when this process made it)."""
+    path = config.stash.get(_CACHE_KEY, None)
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
+        os.environ.pop(_CACHE_ENV, None)

@@ -7,51 +7,12 @@ works for a whole run, under pytest-xdist workers and for a single file alike.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
-_CACHE_KEY = pytest.StashKey[str]()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """One JAX compilation cache for the whole run, shared by every process of it.
-
-    Many tests compile the same program (the CCSD residual of H2O/6-31G, say) in separate
-    ``sq.compile`` calls, on both pytest-xdist workers and in the subprocesses of the CLI,
-    notebook and sharding tests; XLA compiled each again (a new jitted function is a new
-    cache entry in memory). JAX's persistent cache is keyed by the computation and the
-    compiler's options, so a hit runs the very executable XLA would build: a run took
-    12% less time with it (985 s -> 871 s, the whole suite on two cores). The directory
-    is new for every run (the controller makes it and its environment reaches the workers
-    and subprocesses) and removed at the end; a cache the user set is left alone.
-    """
-    if hasattr(config, "workerinput") or os.environ.get(_CACHE_ENV):
-        return  # a worker: the controller's environment already names the run's cache
-    path = tempfile.mkdtemp(prefix="sq_jax_tests_xla_cache_")
-    config.stash[_CACHE_KEY] = path
-    os.environ[_CACHE_ENV] = path
-    # every compile, the eager single operations too: each CLI subprocess compiled the
-    # same few hundred of them (DIIS, PySCF glue) again (CLI and open-shell tests: 6% less)
-    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-    import jax  # a single-process run (-n0) may have imported JAX before this hook
-
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    path = config.stash.get(_CACHE_KEY, None)
-    if path is not None:
-        shutil.rmtree(path, ignore_errors=True)
-        os.environ.pop(_CACHE_ENV, None)
 
 
 @pytest.fixture(scope="session")
