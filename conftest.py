@@ -34,6 +34,7 @@ import pytest
 _LEVEL = "--xla_backend_optimization_level"
 _CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 _CACHE_KEY = pytest.StashKey[str]()
+_CACHE_WARNINGS = ("Error reading", "Error writing")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -47,6 +48,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_CACHE_KEY] = path
     os.environ[_CACHE_ENV] = path
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    # JAX writes an entry in place: a process that reads it while another writes it gets
+    # a truncated entry, warns and compiles (the tests' processes see warnings as errors;
+    # pyproject.toml ignores the same two in this one)
+    quiet = ",".join(f"ignore:{m} persistent compilation cache entry" for m in _CACHE_WARNINGS)
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (os.environ.get("PYTHONWARNINGS"), quiet)))
     import jax  # a single-process run (-n0) may have imported JAX before this hook
 
     jax.config.update("jax_compilation_cache_dir", path)
