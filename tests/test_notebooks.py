@@ -12,8 +12,9 @@ Two kinds of checks:
   Python warning may be printed, and the executed notebook must again produce an
   ``image/png``.
 
-Executing all five takes about 2.5-3 minutes on two cores (most of it XLA compilation), so
-those tests are marked ``slow``. To refresh the committed outputs after editing a notebook:
+Executing all five takes about 3-4 minutes on two cores (191 s in a run of 2026-12-05,
+most of it XLA compilation), so those tests are marked ``slow``. To refresh the committed
+outputs after editing a notebook:
 
     python tests/test_notebooks.py --inplace notebooks/*.ipynb && ruff format notebooks
 """
