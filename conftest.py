@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 
 import pytest
@@ -53,10 +54,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # pyproject.toml ignores the same two in this one)
     quiet = ",".join(f"ignore:{m} persistent compilation cache entry" for m in _CACHE_WARNINGS)
     os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (os.environ.get("PYTHONWARNINGS"), quiet)))
-    import jax  # a single-process run (-n0) may have imported JAX before this hook
-
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax = sys.modules.get("jax")  # JAX reads the two when imported: told here if it was
+    if jax is not None:
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
