@@ -316,7 +316,13 @@ class ImplicitEnergy:
         # axis (OH/STO-3G), the residual can be tiny while the iterate still drifts
         # along the null direction, and lineax stops it as stagnated. Accepting it there
         # gave a λ1 element 1e-4 off PySCF's in one run of three, so it is a failure.
-        left = jnp.max(jnp.abs(matvec(sol.value) - b))
+        # (one more matvec, so only run when the solve failed: a cond runs one branch)
+        left = jax.lax.cond(
+            ok,
+            lambda v: jnp.zeros((), b.dtype),
+            lambda v: jnp.max(jnp.abs(matvec(v) - b)),
+            sol.value,
+        )
         done = (ok, sol.stats["num_steps"], left, atol, sol.result)
         return lam, de_df + dr_df, de_dg + dr_dg, *done
 
