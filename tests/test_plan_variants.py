@@ -55,7 +55,9 @@ def test_first_opens_one_external_loop_per_space():
 def test_bad_external_modes_is_a_plan_error():
     with pytest.raises(sq.PlanError, match=r"external_modes must be 'all' or 'first', got 'one'"):
         BatchPlan.of({"a": 2}, external_modes="one")
-    with pytest.raises(sq.PlanError, match=r"hoist must be 'none', 'invariant' or 'all', got 'y'"):
+    with pytest.raises(
+        sq.PlanError, match=r"hoist must be 'none', 'invariant', 'pairs' or 'all', got 'y'"
+    ):
         BatchPlan.of({"a": 2}, hoist="y")
     forest = cc_forest("ccd_so", 4, 6)
     with pytest.raises(sq.PlanError, match=r"extended must be True or False, got 'yes'"):

@@ -8,7 +8,9 @@ why none does.
 Users say how much memory they have, not which modes to batch. :func:`plan_for_budget`
 chooses the batched spaces, their roles (external / contracted) and their batch counts
 that minimise the program's cost — its FLOPs, recomputation included
-(:func:`sq_jax.schedule.cost.schedule_flops`), plus a price per executed step (each
+(:func:`sq_jax.schedule.cost.schedule_flops`) and, with ``pair_symmetry``, products over
+symmetric pairs at the share of their FLOPs the lowering runs them
+(:mod:`sq_jax.lower.pairs`, :mod:`sq_jax.lower.block_pairs`), plus a price per executed step (each
 build and loop iteration, :data:`~sq_jax.budget.search.STEP_COST`) — subject to its
 memory fitting the budget. SeQuant's "perf-first" objective (``docs/schedule.md``,
 "Loop placement") counts FLOPs alone (``step_cost=0``); the step price keeps a plan
@@ -34,8 +36,12 @@ and lowered once, and its memory and FLOPs are then exact functions of the count
 memory is a sweep over live buffers whose sizes are monomials in the block sizes (some
 only present when a block size leaves an uneven last batch), the FLOPs a polynomial in
 the batch counts (:func:`sq_jax.schedule.cost.flop_terms`), and so are the executed
-steps (:func:`~sq_jax.budget.model.step_terms`). The cost rises with every
-count, so for every count of all but the last batched space on a ladder of distinct
+steps (:func:`~sq_jax.budget.model.step_terms`). The packed products' shares are
+read from the configuration's lowering (over block pairs, a function of the block
+size); before it is lowered, a configuration is bounded with the unbatched program's
+shares. The cost rises with every
+count (but for a few percent in a block-pair product's share, with the fit of an
+uneven last batch), so for every count of all but the last batched space on a ladder of distinct
 block sizes (``ceil(extent / n)``), the last space's counts are tried from the fewest
 up and the first that fits is kept; a combination is skipped when its cheapest count
 already costs more than the best plan found. Configurations are visited
@@ -57,15 +63,15 @@ off by ``extended=False``), each searched only when nothing found before costs a
 :data:`~sq_jax.budget.search.EXTENDED_GATE` times the unbatched program: sums run
 term by term (``BatchPlan.sums="sequenced"``, :mod:`sq_jax.lower.accumulate`; the
 unbatched program first, which costs no FLOP), then with operands hoisted out of loops
-(``BatchPlan.hoist``) and one external loop per space
-(``BatchPlan.external_modes="first"``). The lowered-memory model is less exact on some
-of these plans (external loops at the terms: 0.83-1.14x XLA's figure on CCSD; external
-loops at the roots with hoisted operands: 0.94-1.07x); ``sq.compile`` holds every
-budgeted program to XLA's own figures (:func:`~sq_jax.budget.fit_to_budget`), and
-tries first the plan the model fits without :data:`XLA_HEADROOM`. Each phase schedules
-every role choice again (planner time). Loops at the roots themselves (``"top"``: lower
-memory floor, more FLOPs; sums run term by term) are searched last, when nothing costs
-below twice the unbatched program.
+(``BatchPlan.hoist``, products over symmetric pairs built whole included) and one
+external loop per space (``BatchPlan.external_modes="first"``). The lowered-memory
+model is less exact on some of these plans (external loops at the terms: 0.83-1.14x
+XLA's figure on CCSD; external loops at the roots with hoisted operands: 0.94-1.07x);
+``sq.compile`` holds every budgeted program to XLA's own figures
+(:func:`~sq_jax.budget.fit_to_budget`), and tries first the plan the model fits without
+:data:`XLA_HEADROOM`. Each phase schedules every role choice again (planner time).
+Loops at the roots themselves (``"top"``: lower memory floor, more FLOPs; sums run term
+by term) are searched last, when nothing costs below twice the unbatched program.
 
 Known limitations: the memory model predicts XLA's live buffers, not its heap fragmentation,
 which grows with the number of loops (a plan with 80 loop instances measured 1.6x its

@@ -15,14 +15,16 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
-from ..lower.instructions import lower_schedule
+from ..lower.instructions import BLOCK_PAIRS_MAX_FRACTION, lower_schedule
 from ..lower.ir import LoweredProgram
 from ..lower.memory import memory_model
+from ..lower.pairs import packed_products
 from ..plan.batch import BatchPlan, SpaceBatch
 from ..schedule import ScheduledForest
 from ..schedule.cost import flop_terms
@@ -33,6 +35,7 @@ __all__ = [
     "XLA_HEADROOM",
     "BudgetModel",
     "Configuration",
+    "PackedTerm",
     "SearchPoint",
     "budget_model",
     "cost_polynomials",
@@ -90,6 +93,48 @@ class Configuration:
 
 
 @dataclass(frozen=True, slots=True)
+class PackedTerm:
+    """One production of a product the lowering packs (:mod:`sq_jax.lower.pairs`).
+
+    Its FLOPs are ``flops * prod(n_s ** exponents)`` (as in the FLOP polynomial), of
+    which it runs ``share``; over block pairs the share depends on the block size of
+    the loops that pair up (:meth:`~sq_jax.lower.block_pairs.BlockPairs.fraction`).
+
+    Example:
+        >>> PackedTerm((1,), 100, 0.5).saved([3], [4], (12,))
+        150.0
+        >>> PackedTerm((1,), 100, 0.5).share_at([4], (12,))
+        0.5
+    """
+
+    exponents: tuple[int, ...]
+    flops: int
+    share: float
+    space: int = -1
+    """Over block pairs: the index of the batched space whose two loops pair up."""
+    block_pairs: Any = None
+    """Over block pairs: its :class:`~sq_jax.lower.block_pairs.BlockPairs` plan."""
+    value_id: int = -1
+    """The value produced."""
+
+    def share_at(self, blocks: Sequence[int], extents: Sequence[int]) -> float:
+        """The share of its FLOPs the product runs at these block sizes."""
+        if self.block_pairs is None:
+            return self.share
+        k = self.space
+        share = self.block_pairs.fraction(extents[k], blocks[k])
+        return share if share <= BLOCK_PAIRS_MAX_FRACTION else 1.0  # else run plainly
+
+    def saved(self, counts: Sequence[int], blocks: Sequence[int], extents: Sequence[int]) -> float:
+        """The FLOPs packing saves at these batch counts and block sizes."""
+        share = self.share_at(blocks, extents)
+        term = self.flops
+        for n, e in zip(counts, self.exponents, strict=True):
+            term *= n**e
+        return term * (1.0 - share)
+
+
+@dataclass(frozen=True, slots=True)
 class BudgetModel:
     """Peak and FLOPs of one configuration as functions of the batch counts."""
 
@@ -103,6 +148,8 @@ class BudgetModel:
     xla_live: np.ndarray  # (M, Q): coefficient of each monomial at each point
     extents: tuple[int, ...]  # per batched space
     step_polynomial: tuple[tuple[tuple[int, ...], int], ...] = ()  # (exponents, steps)
+    packed: tuple[PackedTerm, ...] = ()
+    """The packed products' productions: the FLOPs :meth:`packed_flops` takes off."""
 
     def static_peak(self, blocks: Sequence[int]) -> int:
         """The schedule's peak profile (SeQuant's model) at these block sizes."""
@@ -131,13 +178,24 @@ class BudgetModel:
         """The schedule's FLOPs at these batch counts (recomputation included)."""
         return evaluate(self.flop_polynomial, counts)
 
+    def packed_flops(self, counts: Sequence[int], blocks: Sequence[int]) -> float:
+        """The FLOPs the lowered program runs: :meth:`flops` less what packing saves.
+
+        From :func:`budget_model`, the products its lowering packs; from
+        :func:`schedule_model`, the floor shares it was given (a lower bound).
+        """
+        out = float(self.flops(counts))
+        for term in self.packed:
+            out -= term.saved(counts, blocks, self.extents)
+        return out
+
     def steps(self, counts: Sequence[int]) -> int:
         """Build steps and loop iterations the program executes at these batch counts."""
         return evaluate(self.step_polynomial, counts)
 
-    def cost(self, counts: Sequence[int], step_cost: float) -> float:
-        """The search's objective: FLOPs plus ``step_cost`` FLOPs per executed step."""
-        return self.flops(counts) + step_cost * self.steps(counts)
+    def cost(self, counts: Sequence[int], blocks: Sequence[int], step_cost: float) -> float:
+        """The search's objective: packed FLOPs plus ``step_cost`` FLOPs per executed step."""
+        return self.packed_flops(counts, blocks) + step_cost * self.steps(counts)
 
 
 def step_terms(sf: ScheduledForest, spaces: Sequence[str]) -> dict[tuple[int, ...], int]:
@@ -205,12 +263,42 @@ def evaluate(polynomial: Polynomial, counts: Sequence[int]) -> int:
     return total
 
 
-def schedule_model(sf: ScheduledForest, config: Configuration) -> BudgetModel:
+def _packed_terms(
+    sf: ScheduledForest,
+    spaces: Sequence[str],
+    shares: Mapping[int, tuple[float, tuple[str, Any] | None]],
+) -> tuple[PackedTerm, ...]:
+    """The FLOP terms of the packed values ``shares`` names.
+
+    ``shares``: per value id, as :func:`~sq_jax.lower.pairs.packed_products` gives them.
+    """
+    where = {s: k for k, s in enumerate(spaces)}
+    out = []
+    for term in flop_terms(sf):
+        if term.value_id not in shares:
+            continue
+        share, rule = shares[term.value_id]
+        exps = tuple(term.recompute.count(s) for s in spaces)
+        v = term.value_id
+        if rule is not None and rule[0] in where:
+            out.append(PackedTerm(exps, term.flops, share, where[rule[0]], rule[1], v))
+        else:
+            out.append(PackedTerm(exps, term.flops, share, value_id=v))
+    return tuple(out)
+
+
+def schedule_model(
+    sf: ScheduledForest, config: Configuration, floors: Mapping[int, float] | None = None
+) -> BudgetModel:
     """What the schedule alone says of ``config``: its static peak, FLOPs and steps.
 
     Its :meth:`BudgetModel.xla_peak` is 0 (nothing is lowered), so its
     :meth:`BudgetModel.peak` is a lower bound of the full model's (:func:`budget_model`):
-    the search drops a configuration on this before it pays for the lowering.
+    the search drops a configuration on this before it pays for the lowering. Its
+    packed FLOPs take ``floors`` (per label-blind node hash, the least share of its
+    FLOPs a value's product runs; the search gives the unbatched program's shares) as
+    the shares: a lower bound too, as long as no batched program packs a product more
+    tightly than the unbatched one.
 
     Example:
         >>> import sq_jax as sq
@@ -245,6 +333,12 @@ def schedule_model(sf: ScheduledForest, config: Configuration) -> BudgetModel:
     keys = sorted(sigs)
     live = np.array([np.cumsum(sigs[k])[:npoints] for k in keys], dtype=np.int64)
     flops, steps = cost_polynomials(sf, spaces)
+    cells = sf.rich.cells
+    shares = {
+        v: (floors[cell.hash], None)
+        for v, cell in enumerate(cells)
+        if floors and not cell.is_leaf and cell.hash in floors
+    }
     return BudgetModel(
         config,
         np.array(keys, dtype=np.int64).reshape(len(keys), len(spaces)),
@@ -256,6 +350,7 @@ def schedule_model(sf: ScheduledForest, config: Configuration) -> BudgetModel:
         np.zeros((0, 0), dtype=np.int64),
         tuple(extent(s) for s in spaces),
         steps,
+        _packed_terms(sf, spaces, shares),
     )
 
 
@@ -297,6 +392,7 @@ def budget_model(
             [where.get(c, -1) if c is not None else -1 for _, c in monos], dtype=np.int64
         ),
         xla_live=np.array(coefs, dtype=np.int64).reshape(len(monos), -1),
+        packed=_packed_terms(sf, config.spaces, packed_products(lowered)),
     )
 
 
@@ -310,3 +406,5 @@ class SearchPoint:
     peak: int
     flops: int
     cost: float = 0.0
+    packed: float = 0.0
+    """The FLOPs the lowered program runs (:meth:`BudgetModel.packed_flops`)."""

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field, replace
 from .._errors import PlanError, ScheduleError, SqJaxError
 from .._units import ACCEPTED_SIZES, parse_bytes
 from ..forest.nodes import Forest
+from ..forest.symmetry import block_pair_products
 from ..lower.instructions import lower_schedule, sequence_sums_of
 from ..lower.ir import LoweredProgram
+from ..lower.pairs import pair_shares
 from ..plan.annotate import permuted_summands
 from ..plan.batch import BatchPlan
 from ..schedule import ScheduledForest, schedule_forest
@@ -59,6 +61,7 @@ EXTENDED_PHASES = (
     ("all", "none", "sequenced"),
     ("all", "invariant", "sequenced"),
     ("first", "invariant", "sequenced"),
+    ("first", "pairs", "sequenced"),
     ("first", "none", "sequenced"),
     ("all", "all", "sequenced"),
 )
@@ -68,8 +71,13 @@ search, in order: sums run term by term hold one term at a time instead of all o
 0.74-1.0x the memory of fused sums at the same FLOPs, spin-orbital CCSD at i=10, a=38,
 ``bench/bench_sums.py``, so the later variants keep them); hoisting loop-invariant
 operands never adds FLOPs and costs memory; one loop per space trades larger batches
-against no rebuild per batch of a second loop of the space; hoisting the values read
-under two labelings removes the last duplicates at the largest memory."""
+against no rebuild per batch of a second loop of the space; hoisting the products that
+can run over block pairs (:func:`~sq_jax.forest.symmetry.block_pair_products`, searched
+only where the forest has some) keeps the closed-shell ladder at about a quarter of its
+FLOPs inside loops (benzene/cc-pVDZ at a quarter of the unbatched memory: 1.01x the
+unbatched program's FLOPs instead of 1.16x, ``bench/results/large-w3.md``); hoisting
+the values read under two labelings removes the last duplicates at the largest
+memory."""
 
 
 STEP_COST = {"cpu": 1e5}
@@ -124,6 +132,9 @@ class PlanCache:
     """Per configuration, :func:`~sq_jax.budget.model.schedule_model`."""
     models: dict[Configuration, BudgetModel] = field(default_factory=dict)
     """Per configuration, :func:`~sq_jax.budget.model.budget_model`."""
+    floors: dict[int, float] | None = None
+    """Per label-blind node hash, the share of its FLOPs the unbatched program's lowering
+    runs (packed products, :mod:`sq_jax.lower.pairs`)."""
 
     def using(self, forest: Forest) -> PlanCache:
         """This cache, emptied first when it was filled for another forest."""
@@ -133,6 +144,7 @@ class PlanCache:
             self.lowered.clear()
             self.cheap.clear()
             self.models.clear()
+            self.floors = None
         return self
 
     def schedule(self, forest: Forest, plan: BatchPlan) -> ScheduledForest | None:
@@ -145,11 +157,50 @@ class PlanCache:
         return self.schedules[plan]
 
 
-def _unbatched_steps(forest: Forest, cache: PlanCache) -> int:
-    """The build steps of the unbatched program: one per computed value."""
-    sf = cache.schedule(forest, BatchPlan())
+def _unbatched(forest: Forest, cache: PlanCache, step_cost: float) -> tuple[float, float]:
+    """The unbatched program's cost and packed FLOPs; fills ``cache.floors``.
+
+    Its cost is its FLOPs, at the shares its lowering packs products to, plus
+    ``step_cost`` per build step (one per computed value). Those shares are the floors
+    of every configuration's cheap bound (:func:`~sq_jax.budget.model.schedule_model`).
+    """
+    plan = BatchPlan()
+    sf = cache.schedule(forest, plan)
     assert sf is not None  # the empty plan always schedules
-    return sum(step_terms(sf, ()).values())
+    if cache.floors is None:
+        cache.floors = {}
+        if forest.pair_symmetry:  # else nothing is packed
+            if plan not in cache.lowered:
+                cache.lowered[plan] = lower_schedule(sf, sequence=False)
+            cells = sf.rich.cells
+            for v, share in pair_shares(cache.lowered[plan]).items():
+                h = cells[v].hash
+                cache.floors[h] = min(share, cache.floors.get(h, 1.0))
+    packed = schedule_model(sf, Configuration((), 0), cache.floors).packed_flops((), ())
+    return packed + step_cost * sum(step_terms(sf, ()).values()), packed
+
+
+def _pairs_lost(
+    point: SearchPoint,
+    model: BudgetModel,
+    sf: ScheduledForest,
+    floors: dict[int, float],
+    pairs: frozenset[str],
+) -> bool:
+    """Whether ``point``'s plan runs a block-pair product above its unbatched share.
+
+    Only then can hoisting those products (``hoist="pairs"``) save FLOPs: where the
+    best plan packs them as the unbatched program does (spin-orbital CCSD at W3's
+    budgets) the phase is not searched.
+    """
+    extents = model.extents
+    blocks = [-(-e // n) for e, n in zip(extents, point.counts, strict=True)]
+    shares = {t.value_id: t.share_at(blocks, extents) for t in model.packed}
+    for cell in sf.rich.cells:
+        if cell.node is not None and cell.node.key in pairs:
+            if shares.get(cell.value_id, 1.0) > floors.get(cell.hash, 1.0) * (1 + 1e-9):
+                return True
+    return False
 
 
 def _two_modes_of_one_space(forest: Forest, spaces: Sequence[str]) -> bool:
@@ -224,12 +275,15 @@ def _lower_bound(
 
     FLOPs and steps only grow with the counts. Read from :func:`schedule_model`: the
     lowering and memory model cost as much planner time as the schedule, and a
-    configuration whose cheapest counts already lose is never lowered.
+    configuration whose cheapest counts already lose is never lowered. Its packed
+    FLOPs are at the unbatched program's shares (:attr:`PlanCache.floors`).
     """
     counts = [lad[0][0] for lad in ladders]
+    blocks = [lad[0][1] for lad in ladders]
     f = model.flops(counts)
+    cost = model.cost(counts, blocks, step_cost)
     cfg = model.config
-    return (f + step_cost * model.steps(counts), f, cfg.flags, model.loops, sum(counts), cfg.rank)
+    return (cost, f, cfg.flags, model.loops, sum(counts), cfg.rank)
 
 
 def _search(
@@ -244,10 +298,12 @@ def _search(
 
     def point(combo: Sequence[tuple[int, int]], peak: int = -1) -> SearchPoint:
         counts = tuple(n for n, _ in combo)
+        blocks = [b for _, b in combo]
         flops = model.flops(counts)
-        cost = flops + step_cost * model.steps(counts)
+        packed = model.packed_flops(counts, blocks)
+        cost = packed + step_cost * model.steps(counts)
         key = (cost, flops, cfg.flags, model.loops, sum(counts), cfg.rank)
-        return SearchPoint(key, cfg, counts, peak, flops, cost)
+        return SearchPoint(key, cfg, counts, peak, flops, cost, packed)
 
     if not ladders:
         peak = model.peak(())
@@ -259,7 +315,8 @@ def _search(
     for head in itertools.product(*outer):
         cheapest = point((*head, last[0]))
         if best is not None and cheapest.key >= best.key:
-            continue  # FLOPs and steps only grow with the last count
+            continue  # FLOPs and steps only grow with the last count (packed shares
+            # over block pairs move by a few percent with the fit of the last batch)
         blocks = [b for _, b in head]
         # the cost grows with the last count, so the first count that fits is this head's
         # best; the peak is not monotone (an uneven last batch costs extra buffers), so
@@ -287,9 +344,11 @@ def plan_for_budget(
 ) -> BatchPlan:
     """The cheapest batch plan whose memory fits ``budget``.
 
-    The cost of a plan is its FLOPs (recomputation included) plus ``step_cost`` FLOPs
-    for every step the program executes (each build and loop iteration: the time a
-    loop pays per batch that the FLOPs do not show).
+    The cost of a plan is its FLOPs (recomputation included; with ``pair_symmetry``,
+    packed products at the share of their FLOPs the lowering runs them,
+    :mod:`sq_jax.lower.pairs`) plus ``step_cost`` FLOPs for every step the program
+    executes (each build and loop iteration: the time a loop pays per batch that the
+    FLOPs do not show).
 
     Args:
         forest: the eval forest (:func:`sq_jax.build_forest`).
@@ -389,7 +448,7 @@ def _plan(
     spaces = tuple(s for s in spaces if ladders[s])
     f0 = forest.flops
     cache = (PlanCache() if cache is None else cache).using(forest)
-    c0 = f0 + step_cost * _unbatched_steps(forest, cache)
+    c0, packed0 = _unbatched(forest, cache, step_cost)
     best: SearchPoint | None = None
     floor: tuple[SearchPoint, ScheduledForest] | None = None  # the smallest peak seen
     scheduled: dict[Configuration, ScheduledForest] = {}
@@ -406,9 +465,12 @@ def _plan(
     phases: list[tuple[float, list[Configuration]]] = [(0.0, configs)]
     external = [c for c in configs if any(e for _, e, _ in c.roles)]
     two = _two_modes_of_one_space(forest, spaces)
+    pairs = block_pair_products(forest)
     for k, (modes, hoist, sums) in enumerate(EXTENDED_PHASES if extended else ()):
         if modes == "all":  # the unbatched program differs from the first phase's in its sums
             pool = [c for c in configs if c.roles or (sums != "fused" and hoist == "none")]
+        elif hoist == "pairs":  # its contracted loops too: block pairs over the summed pair
+            pool = [c for c in configs if c.roles] if pairs else []
         else:
             pool = external if two else []
         rank = (k + 1) * len(configs)
@@ -425,10 +487,15 @@ def _plan(
     for gate, phase in phases:
         if best is not None and best.cost <= gate * c0:
             continue  # not worth its planner time
+        if best is not None and phase and phase[0].hoist == "pairs":
+            model = cache.models[best.config]
+            if not _pairs_lost(best, model, scheduled[best.config], cache.floors or {}, pairs):
+                continue  # the pair products already run at their unbatched share
         level = -1
         for cfg in phase:
-            if best is not None and best.flops == f0 and cfg.flags > level:
-                continue  # nothing at a higher level can win the tie-break
+            if best is not None and best.flops == f0 and best.packed <= packed0:
+                if cfg.flags > level:
+                    continue  # nothing at a higher level can win the tie-break
             level = cfg.flags
             plan = cfg.plan([2] * len(cfg.spaces))  # the structure does not need the counts
             fused = replace(plan, sums="fused")  # the sums change the lowering, not the schedule
@@ -445,7 +512,7 @@ def _plan(
             scheduled[cfg] = sf
             lad = [ladders[s] for s in cfg.spaces]
             if cfg not in cache.cheap:
-                cache.cheap[cfg] = schedule_model(sf, cfg)
+                cache.cheap[cfg] = schedule_model(sf, cfg, cache.floors)
             cheap = cache.cheap[cfg]
             if best is not None and _lower_bound(cheap, lad, step_cost) >= best.key:
                 continue  # it cannot win

@@ -48,7 +48,13 @@ from ..expr.nodes import Index, Tensor
 from .inputs import block_key
 from .nodes import EvalNode, Forest, NodeKind
 
-__all__ = ["ValueSymmetry", "symmetric_random_inputs", "value_symmetries"]
+__all__ = [
+    "ValueSymmetry",
+    "block_pair_products",
+    "joint_swaps",
+    "symmetric_random_inputs",
+    "value_symmetries",
+]
 
 ValueSymmetry = tuple[tuple[int, ...], int]
 """A position permutation of a value's modes and its sign (see the module docstring)."""
@@ -221,6 +227,85 @@ def _derive(forest: Forest) -> dict[str, frozenset[ValueSymmetry]]:
             gens = []
         out[node.key] = _closure(gens, rank)
     return out
+
+
+def joint_swaps(
+    labels: Sequence[Index], syms: frozenset[ValueSymmetry], contracted: set[Index]
+) -> dict[frozenset[Index], tuple[tuple[Index, Index], int]]:
+    """Per contracted pair of ``labels``, a free pair swapped together with it, and the sign.
+
+    ``labels`` are a value's modes in the order its symmetries ``syms`` permute;
+    ``contracted`` the modes its reader sums.
+
+    Example:
+        >>> a = [Index("a", n) for n in range(1, 5)]
+        >>> sym = frozenset({((0, 1, 2, 3), 1), ((1, 0, 3, 2), 1)})  # g_ab^cd = g_ba^dc
+        >>> found = joint_swaps(a, sym, {a[2], a[3]})
+        >>> [(sorted(map(str, k)), tuple(map(str, f)), s) for k, (f, s) in found.items()]
+        [(['a_3', 'a_4'], ('a_1', 'a_2'), 1)]
+    """
+    out: dict[frozenset[Index], tuple[tuple[Index, Index], int]] = {}
+    for perm, sign in sorted(syms):
+        moved = [k for k, p in enumerate(perm) if p != k]
+        if len(moved) != 4 or any(perm[perm[k]] != k for k in moved):
+            continue
+        ks = [labels[k] for k in moved if labels[k] in contracted]
+        fs = [k for k in moved if labels[k] not in contracted]
+        if len(ks) != 2 or len(fs) != 2 or perm[fs[0]] != fs[1]:
+            continue
+        out.setdefault(frozenset(ks), ((labels[fs[0]], labels[fs[1]]), sign))
+    return out
+
+
+def block_pair_products(forest: Forest) -> frozenset[str]:
+    """Keys of the products that can run over block pairs when loops cut their summed pair.
+
+    A product whose operands both swap one summed pair of a space together with a free
+    pair of their own (the closed-shell ladder ``Σ_cd g_ab^cd τ_cd^ij``), at least one
+    of those free pairs in the result: :mod:`sq_jax.lower.block_pairs` packs it when two
+    loops of that space cut the summed pair and nothing else cuts the free pairs.
+    ``BatchPlan(hoist="pairs")`` builds these products whole, with their computed
+    operands (:mod:`sq_jax.schedule.loop_identity`). Empty unless the forest trusts its
+    inputs' symmetries (``Forest.pair_symmetry``).
+
+    Example:
+        >>> import sq_jax as sq, dataclasses
+        >>> eqs = sq.parse("R{a1,a2;i1,i2} = g{a1,a2;a3,a4} t{a3,a4;i1,i2}")
+        >>> f = sq.build_forest(eqs, sq.Spaces(i=2, a=3))
+        >>> len(block_pair_products(f)), len(block_pair_products(
+        ...     dataclasses.replace(f, pair_symmetry=True)))
+        (0, 1)
+    """
+    if not forest.pair_symmetry:
+        return frozenset()
+    known = forest.derived.get("block_pair_products")
+    if known is None:
+        syms = value_symmetries(forest)
+        found = set()
+        for node in forest.distinct():
+            if node.kind is NodeKind.PRODUCT and _pairs_cut_together(node, syms):
+                found.add(node.key)
+        known = forest.derived["block_pair_products"] = frozenset(found)
+    return known  # type: ignore[return-value]
+
+
+def _pairs_cut_together(node: EvalNode, syms: Mapping[str, frozenset[ValueSymmetry]]) -> bool:
+    """Whether ``node``'s operands swap one summed pair together with free pairs."""
+    assert node.left is not None and node.right is not None
+    operands = (node.left, node.right)
+    out = set(node.indices)
+    contracted = (set(node.left.indices) & set(node.right.indices)) - out
+    if len(contracted) < 2:
+        return False
+    found = [joint_swaps(op.indices, syms[op.key], contracted) for op in operands]
+    for summed, (free, _) in found[0].items():
+        if summed not in found[1] or len({ix.space for ix in summed}) != 1:
+            continue
+        for k, pair in ((0, free), (1, found[1][summed][0])):
+            other = set(operands[1 - k].indices)
+            if set(pair) <= out and not set(pair) & other and pair[0].space == pair[1].space:
+                return True
+    return False
 
 
 def symmetric_random_inputs(

@@ -58,10 +58,10 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
 from ..expr.nodes import Index
-from ..forest.symmetry import ValueSymmetry
+from ..forest.symmetry import ValueSymmetry, joint_swaps
 from ..schedule.ir import LoopId
 from . import pairs as _pairs
-from .pairs import _joint_swaps, _unfold
+from .pairs import _unfold
 
 __all__ = ["BlockPairs", "block_pair_product", "plan_block_pairs"]
 
@@ -200,7 +200,7 @@ def plan_block_pairs(
     signs: list[int] = []
     sizes: list[int] = []
     for k in (0, 1):
-        joint = _joint_swaps(node_labels[k], syms[k], contracted)
+        joint = joint_swaps(node_labels[k], syms[k], contracted)
         found = joint.get(frozenset(summed))
         if found is None:
             return None  # a_dc is not a swap of a_cd with signs: nothing to pair

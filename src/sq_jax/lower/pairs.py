@@ -86,7 +86,7 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from ..expr.nodes import Index
-from ..forest.symmetry import ValueSymmetry
+from ..forest.symmetry import ValueSymmetry, joint_swaps
 from .gemm import GemmPlan, plan_gemm
 
 FLOP_RATE = 5e10
@@ -116,6 +116,7 @@ __all__ = [
     "Split",
     "contract_pairs",
     "gather_rate",
+    "packed_products",
     "packed_share",
     "pair_shares",
     "plan_pairs",
@@ -256,23 +257,6 @@ def _moved(perm: tuple[int, ...]) -> list[int]:
     return [k for k, p in enumerate(perm) if p != k]
 
 
-def _joint_swaps(
-    labels: Sequence[Index], syms: frozenset[ValueSymmetry], contracted: set[Index]
-) -> dict[frozenset[Index], tuple[tuple[Index, Index], int]]:
-    """Per contracted pair, a free pair swapped together with it and the sign."""
-    out: dict[frozenset[Index], tuple[tuple[Index, Index], int]] = {}
-    for perm, sign in sorted(syms):
-        moved = _moved(perm)
-        if len(moved) != 4 or any(perm[perm[k]] != k for k in moved):
-            continue
-        ks = [labels[k] for k in moved if labels[k] in contracted]
-        fs = [k for k in moved if labels[k] not in contracted]
-        if len(ks) != 2 or len(fs) != 2 or perm[fs[0]] != fs[1]:
-            continue
-        out.setdefault(frozenset(ks), ((labels[fs[0]], labels[fs[1]]), sign))
-    return out
-
-
 def _lone_swaps(
     labels: Sequence[Index], syms: frozenset[ValueSymmetry], contracted: set[Index]
 ) -> dict[frozenset[Index], int]:
@@ -403,7 +387,7 @@ def plan_pairs(
             if extent[k1] == extent[k2]:
                 summed = Pack((k1, k2), extent[k1], lone[0][pair] < 0, _mark((k1, k2)))
                 break
-    joint = [_joint_swaps(node_labels[k], syms[k], contracted) for k in (0, 1)]
+    joint = [joint_swaps(node_labels[k], syms[k], contracted) for k in (0, 1)]
     order = sorted((0, 1), key=lambda k: (nbytes[k], k))
     fill: _FillChoice | None = None
     pairs = sorted(set(joint[0]) & set(joint[1]), key=lambda p: sorted(map(str, p)))
@@ -730,7 +714,26 @@ def pair_shares(lowered: Any) -> dict[int, float]:
         >>> pair_shares(sq.compile(text, sq.Spaces(i=3, a=40), pair_symmetry=True).lowered)
         {2: 0.6666666666666666}
     """
-    out: dict[int, float] = {}
+    return {v: share for v, (share, _) in packed_products(lowered).items()}
+
+
+def packed_products(lowered: Any) -> dict[int, tuple[float, tuple[str, Any] | None]]:
+    """Per value id of a packed product in ``lowered``: its share, and how it scales.
+
+    ``(share, None)`` for a packed product (:class:`PairPlan`: the share does not depend
+    on the loops around it); ``(share, (space, plan))`` for a product over block pairs,
+    whose share at another block size of its loops over ``space`` is
+    ``plan.fraction(extent, block)`` (:meth:`~sq_jax.lower.block_pairs.BlockPairs.fraction`).
+
+    Example:
+        >>> import sq_jax as sq
+        >>> text = "R{a1,a2;i1,i2} = g{a1,a2;a3,a4} t{a3,a4;i1,i2}"
+        >>> plan = sq.BatchPlan.of({"a": {"batches": 3, "roles": "contracted"}})
+        >>> prog = sq.compile(text, sq.Spaces(i=10, a=20), pair_symmetry=True, batch=plan)
+        >>> [(v, round(s, 3), rule[0]) for v, (s, rule) in packed_products(prog.lowered).items()]
+        [(2, 0.334, 'a')]
+    """
+    out: dict[int, tuple[float, tuple[str, Any] | None]] = {}
     stack = list(lowered.body)
     while stack:
         ins = stack.pop()
@@ -738,11 +741,12 @@ def pair_shares(lowered: Any) -> dict[int, float]:
         if body is not None:  # a loop
             nest = ins.block_pair_nest  # its product over block pairs (:mod:`.block_pairs`)
             if nest is not None:
-                out[nest[1].value_id] = nest[1].block_pairs.fraction(ins.extent, ins.block)
+                plan = nest[1].block_pairs
+                out[nest[1].value_id] = (plan.fraction(ins.extent, ins.block), (ins.loop[0], plan))
                 continue
             stack.extend(body)
         elif hasattr(ins, "terms"):  # a sequenced sum
             stack.extend(i for t in ins.terms for i in t.body)
         elif getattr(ins, "pairs", None) is not None:
-            out[ins.value_id] = ins.pairs.fraction
+            out[ins.value_id] = (ins.pairs.fraction, None)
     return out

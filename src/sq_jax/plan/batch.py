@@ -138,9 +138,12 @@ class BatchPlan:
     """Which operands inside loops are built once, whole, before the loops (and read
     sliced by their reader) instead of once per batch: ``"none"`` (the default),
     ``"invariant"`` (an operand whose subtree does not carry the index of an enclosing
-    loop: no recomputation per batch of that loop) or ``"all"`` (also a value its tree
-    reads under two labelings, ``Y`` and ``Y`` with two labels swapped, which each batch
-    would otherwise build twice, once per slicing). Fewer FLOPs, more memory. See
+    loop: no recomputation per batch of that loop), ``"pairs"`` (also a product over a
+    symmetric summed pair, such as the closed-shell ladder, with its computed operands:
+    its own loops then run over block pairs at about a quarter of its FLOPs, with
+    ``pair_symmetry``) or ``"all"`` (also a value its tree reads under two labelings,
+    ``Y`` and ``Y`` with two labels swapped, which each batch would otherwise build
+    twice, once per slicing). Fewer FLOPs, more memory. See
     :mod:`sq_jax.schedule.loop_identity`."""
     sums: str = "fused"
     """How a long sum of computed terms runs: ``"fused"`` (every term made, then one
@@ -163,8 +166,10 @@ class BatchPlan:
             raise PlanError(
                 f"external_site must be 'root', 'top' or 'term', got {self.external_site!r}."
             )
-        if self.hoist not in ("none", "invariant", "all"):
-            raise PlanError(f"hoist must be 'none', 'invariant' or 'all', got {self.hoist!r}.")
+        if self.hoist not in ("none", "invariant", "pairs", "all"):
+            raise PlanError(
+                f"hoist must be 'none', 'invariant', 'pairs' or 'all', got {self.hoist!r}."
+            )
         if self.sums not in ("fused", "sequenced"):
             raise PlanError(f"sums must be 'fused' or 'sequenced', got {self.sums!r}.")
         if self.copies not in ("per batch", "hoisted"):
