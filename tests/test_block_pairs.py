@@ -215,7 +215,7 @@ def test_hoisting_the_ladder_packs_both_free_pairs_inside_an_external_loop():
         np.testing.assert_allclose(got[k], want[k], rtol=0, atol=tol)
 
 
-@pytest.mark.parametrize("counts", [(2,), (3,), (4,)])
+@pytest.mark.parametrize("counts", [(2,), (4,)])
 def test_the_planner_prices_packed_products_as_the_lowering_runs_them(counts):
     # the model is lowered once, at two batches; at other counts the share of a nest
     # over block pairs follows its block size: the program compiled at those counts
@@ -259,3 +259,16 @@ def test_the_budget_planner_hoists_the_ladder_where_that_is_cheapest():
     for k in want:
         tol = 1e-12 * (1 + np.abs(want[k]).max())
         np.testing.assert_allclose(got[k], want[k], rtol=0, atol=tol)
+
+
+def test_a_hoisted_ladder_is_predicted_within_15_percent_of_xla():
+    # with the ladder built whole before the loops, its nest makes the largest value: the
+    # loops written before it run before it, as the memory model walks them (left free,
+    # XLA ran the loop of R1 after R2's, holding an o^2v^2 operand of it: 0.81 here)
+    spaces = sq.Spaces(i=6, a=20)
+    plan = sq.BatchPlan.of({"a": 3}, external_modes="first", hoist="pairs", sums="sequenced")
+    prog = sq.compile(load_equations("ccsd_cs"), spaces, batch=plan, pair_symmetry=True)
+    assert _nests(prog)
+    ma = prog.memory_analysis(symmetric_inputs(prog.schedule.annotated.forest))
+    measured = ma.temp_size_in_bytes + ma.output_size_in_bytes
+    assert 0.85 <= prog.memory_bytes / measured <= 1.15, (prog.memory_bytes, measured)
