@@ -48,8 +48,10 @@ already costs more than the best plan found. Configurations are visited
 by the number of batched roles; once a plan without recomputation is found, levels with
 more batched roles are not visited (they rarely win: more roles, more loops).
 
-**Objective and ties.** Minimise ``(cost, FLOPs, batched roles, loop blocks in the
-schedule, total batches, configuration order)``. The result is deterministic for one
+**Objective and ties.** Minimise ``(cost, batched roles, loop blocks in the schedule,
+total batches, FLOPs, configuration order)``, the cost in steps of
+:data:`~sq_jax.budget.search.COST_RESOLUTION` of the unbatched program's (plans closer
+than that are equally cheap to the model, and fewer loops ran faster). The result is deterministic for one
 JAX backend (the step price depends on it). The returned plan is scheduled once more to
 check its peak and FLOPs against the model.
 
