@@ -51,9 +51,9 @@ more batched roles are not visited (they rarely win: more roles, more loops).
 **Objective and ties.** Minimise ``(cost, batched roles, loop blocks in the schedule,
 total batches, FLOPs, configuration order)``, the cost in steps of
 :data:`~sq_jax.budget.search.COST_RESOLUTION` of the unbatched program's (plans closer
-than that are equally cheap to the model, and fewer loops ran faster). The result is deterministic for one
-JAX backend (the step price depends on it). The returned plan is scheduled once more to
-check its peak and FLOPs against the model.
+than that are equally cheap to the model, and fewer loops ran faster). The result is
+deterministic for one JAX backend (the step price depends on it). The returned plan is
+scheduled once more to check its peak and FLOPs against the model.
 
 References: SeQuant's batched evaluation (``docs/schedule.md``); cotengra's
 slicing search for the idea of pricing recomputation against memory (not its code).
