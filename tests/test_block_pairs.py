@@ -44,6 +44,15 @@ def _unmarked(monkeypatch, compile_):
         return compile_()
 
 
+def _assert_same_results(prog, reference, seed: int) -> None:
+    """``prog`` and ``reference`` agree to 1e-12 on inputs with the declared symmetries."""
+    blocks = symmetric_inputs(reference.schedule.annotated.forest, seed=seed)
+    want, got = reference(blocks), prog(blocks)
+    for k in want:
+        tol = 1e-12 * (1 + np.abs(want[k]).max())
+        np.testing.assert_allclose(got[k], want[k], rtol=0, atol=tol)
+
+
 @pytest.mark.parametrize("a", [12, 15], ids=["even", "uneven"])
 @pytest.mark.parametrize("roles", ["contracted", "both"])
 def test_the_ladder_over_block_pairs_equals_einsum(a, roles, monkeypatch):
@@ -137,12 +146,7 @@ def test_closed_shell_ccsd_runs_its_ladder_over_block_pairs_inside_an_external_l
     prog = build()
     nests = _nests(prog)
     assert nests and all(isinstance(inner, Loop) for inner, _ in nests)
-    reference = sq.compile(text, spaces)
-    blocks = symmetric_inputs(reference.schedule.annotated.forest, seed=4)
-    want, got = reference(blocks), prog(blocks)
-    for k in want:
-        tol = 1e-12 * (1 + np.abs(want[k]).max())
-        np.testing.assert_allclose(got[k], want[k], rtol=0, atol=tol)
+    _assert_same_results(prog, sq.compile(text, spaces), seed=4)
     assert prog.flops < _unmarked(monkeypatch, build).flops
 
 
@@ -207,12 +211,7 @@ def test_hoisting_the_ladder_packs_both_free_pairs_inside_an_external_loop():
     assert packed == [(4, 4), (4, 9)]
     assert [p.block_pairs.extents for _, p in _nests(invariant)] == [(4, 0)]
     assert prog.flops < invariant.flops
-    reference = sq.compile(text, spaces)
-    blocks = symmetric_inputs(reference.schedule.annotated.forest, seed=5)
-    want, got = reference(blocks), prog(blocks)
-    for k in want:
-        tol = 1e-12 * (1 + np.abs(want[k]).max())
-        np.testing.assert_allclose(got[k], want[k], rtol=0, atol=tol)
+    _assert_same_results(prog, sq.compile(text, spaces), seed=5)
 
 
 @pytest.mark.parametrize("counts", [(2,), (4,)])
@@ -254,11 +253,7 @@ def test_the_budget_planner_hoists_the_ladder_where_that_is_cheapest():
     prog = sq.compile(text, spaces, batch=plan, pair_symmetry=True)
     assert prog.memory_bytes <= unbatched.memory_bytes // 2
     assert prog.flops <= 1.05 * unbatched.flops
-    blocks = symmetric_inputs(forest, seed=6)
-    want, got = unbatched(blocks), prog(blocks)
-    for k in want:
-        tol = 1e-12 * (1 + np.abs(want[k]).max())
-        np.testing.assert_allclose(got[k], want[k], rtol=0, atol=tol)
+    _assert_same_results(prog, unbatched, seed=6)
 
 
 def test_a_hoisted_ladder_is_predicted_within_15_percent_of_xla():
