@@ -409,7 +409,8 @@ def run_body(
     # left free, XLA ran the loop of R1 after R2's, holding an o²v² value through it
     # (closed-shell CCSD, hoist="pairs": 1.27x the prediction). The rule for every
     # largest loop held more on spin-orbital CCSD's W3 plan (4.9 against 4.1 MB).
-    paired = largest is not None and body[largest].block_pair_nest is not None  # type: ignore[union-attr]
+    nest = body[largest] if largest is not None else None
+    paired = isinstance(nest, Loop) and nest.block_pair_nest is not None
     before = None  # loop_done of the loops written before it
     for k, ins in enumerate(body):
         if k in plan.skip:
@@ -433,7 +434,7 @@ def run_body(
             first = k == largest and before is not None
             out = run_loop(ins, env, ctx, dataclasses.replace(run, after=before) if first else run)
             env.update(out)
-            if out and paired and k < largest:  # type: ignore[operator]
+            if out and paired and largest is not None and k < largest:
                 done = loop_done(out)
                 before = done if before is None else before + done
             if out and k == largest:
