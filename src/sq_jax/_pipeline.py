@@ -91,10 +91,11 @@ def compile(
             allocates — intermediates, XLA's operand copies, loop buffers and results, as
             predicted by ``program.memory_bytes`` with 25% headroom; inputs excluded: the
             cheapest batch plan that fits it (FLOPs plus a price per executed step) is chosen
-            (:func:`~sq_jax.budget.plan_for_budget`), then compiled and held to XLA's
-            own ``memory_analysis()`` for its input blocks, planning tighter while XLA
-            measures over the budget (:func:`~sq_jax.budget.fit_to_budget`). Exclusive
-            with ``batch``.
+            (:func:`~sq_jax.budget.plan_for_budget`; products whose contracted loops it
+            does not need are kept whole, :mod:`sq_jax.budget.trim`), then compiled and
+            held to XLA's own ``memory_analysis()`` for its input blocks, planning
+            tighter while XLA measures over the budget
+            (:func:`~sq_jax.budget.fit_to_budget`). Exclusive with ``batch``.
         mesh: a one-axis ``jax.sharding.Mesh``: the batches of the outermost loop of
             each nest are split over its devices (``docs/sharding.md``); inputs and
             results are replicated. ``None``: one device.

@@ -2,8 +2,9 @@
 
 A stage of its own, above the lowering: it schedules and lowers every candidate
 configuration to price it. :mod:`.model` prices one configuration as functions of the
-batch counts, :mod:`.search` finds the cheapest plan that fits, :mod:`.explain` says
-why none does.
+batch counts, :mod:`.search` finds the cheapest plan that fits, :mod:`.trim` keeps whole
+the products whose contracted loops it does not need, :mod:`.explain` says why none
+does.
 
 Users say how much memory they have, not which modes to batch. :func:`plan_for_budget`
 chooses the batched spaces, their roles (external / contracted) and their batch counts
@@ -54,6 +55,13 @@ total batches, FLOPs, configuration order)``, the cost in steps of
 than that are equally cheap to the model, and fewer loops ran faster). The result is
 deterministic for one JAX backend (the step price depends on it). The returned plan is
 scheduled once more to check its peak and FLOPs against the model.
+
+**Trim.** A role batches every product over the space, though the budget binds in a
+few places only; each contracted loop costs time its FLOPs do not show (slices,
+smaller products, partial sums added per batch). :mod:`.trim` then keeps products
+whole (``BatchPlan.whole``: no contracted loop) while the plan's requirement does not
+grow and its FLOPs do not rise, within a few dozen trial schedules. Where XLA measures a
+trimmed plan over the budget, :func:`fit_to_budget` takes the same plan untrimmed.
 
 References: SeQuant's batched evaluation (``docs/schedule.md``); cotengra's
 slicing search for the idea of pricing recomputation against memory (not its code).

@@ -37,6 +37,7 @@ from .model import (
     schedule_model,
     step_terms,
 )
+from .trim import trim_contracted_loops
 
 __all__ = ["PlanCache", "default_step_cost", "plan_for_budget"]
 
@@ -562,4 +563,4 @@ def _plan(
             f"{best.flops} FLOPs, the schedule has {need} and {schedule_flops(check)}. "
             "Please report this with the equations."
         )
-    return plan
+    return trim_contracted_loops(forest, check, limit)

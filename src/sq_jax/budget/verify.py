@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import jax
 import numpy as np
@@ -132,18 +133,23 @@ def fit_to_budget(
             if not tried:
                 raise
             raise _over_budget(limit, tried, err) from err
-        if plan in over:
-            continue  # measured over the budget already
-        if plan not in built:  # a mesh program's first try is built, never measured
-            built[plan] = build(plan)
-        program = built[plan]
-        measured = None if program.mesh is not None else xla_bytes(program)
-        if measured is None and attempt == 0:
-            continue  # unchecked: only the model with its headroom is taken at its word
-        if measured is None or measured <= limit:
-            return program
-        tried.append((measured, program))
-        over.add(plan)
+        # a plan with products kept whole (budget/trim.py), then, where XLA measures
+        # it over, the same plan with all its loops: the model held both under the
+        # target, but XLA schedules the trimmed one its own way (spin-orbital CCSD at
+        # H2O/cc-pVDZ sizes, a quarter of the memory: 4.2 MiB for 4.0, 3.9 untrimmed)
+        for each in (plan, replace(plan, whole=frozenset())) if plan.whole else (plan,):
+            if each in over:
+                continue  # measured over the budget already
+            if each not in built:  # a mesh program's first try is built, never measured
+                built[each] = build(each)
+            program = built[each]
+            measured = None if program.mesh is not None else xla_bytes(program)
+            if measured is None and attempt == 0:
+                break  # unchecked: only the model with its headroom is taken at its word
+            if measured is None or measured <= limit:
+                return program
+            tried.append((measured, program))
+            over.add(each)
     raise _over_budget(limit, tried, None)  # the second try always builds: tried is full
 
 

@@ -22,7 +22,8 @@ Placement rules (deterministic, no cost model):
    only one of the two indices is rebuilt for every batch of the other loop.
 2. **Contracted**: at every product node, every index summed there (on an operand, not
    on the result; left operand first) whose space is batched in the contracted role opens
-   a loop. The operand subtrees are sliced, the per-batch partials added.
+   a loop. The operand subtrees are sliced, the per-batch partials added. A product in
+   ``plan.whole`` (by node hash) opens none: it runs over the whole summed range.
 3. At one node, external loops come before (outside) contracted ones.
 
 Tests and users can also annotate by hand with :func:`annotate_by_hand`.
@@ -284,11 +285,12 @@ def annotate(forest: Forest, plan: BatchPlan) -> AnnotatedForest:
             here: list[LoopOpen] = []
             if pos in sites:
                 here += _external_opens(node, batched, plan.external_modes)
-            here += [
-                LoopOpen(ix, LoopKind.CONTRACTED)
-                for ix in summed_indices(node)
-                if batched(ix, LoopKind.CONTRACTED)
-            ]
+            if not plan.whole or node.hash not in plan.whole:
+                here += [
+                    LoopOpen(ix, LoopKind.CONTRACTED)
+                    for ix in summed_indices(node)
+                    if batched(ix, LoopKind.CONTRACTED)
+                ]
             if here:
                 opens[OccurrenceId(r, pos)] = here
     return AnnotatedForest(forest, plan, tuple((occ, tuple(o)) for occ, o in sorted(opens.items())))

@@ -156,6 +156,12 @@ class BatchPlan:
     before the outermost loop, alive for all of it: faster, more memory; under a mesh,
     the loop split across devices still makes them per batch). See
     :mod:`sq_jax.lower.copies`."""
+    whole: frozenset[int] = frozenset()
+    """Products that open no contracted loop, by node hash
+    (:attr:`~sq_jax.forest.nodes.EvalNode.hash`): they run over the whole summed range.
+    The budget planner leaves out the contracted loops its plan does not need to fit
+    (each loop's partial sums cost memory traffic per batch beyond their FLOPs); empty
+    by default (every product over a batched summed space opens its loops)."""
 
     def __post_init__(self) -> None:
         keys = [s.space for s in self.spaces]
@@ -180,6 +186,13 @@ class BatchPlan:
         if self.external_modes not in ("all", "first"):
             raise PlanError(
                 f"external_modes must be 'all' or 'first', got {self.external_modes!r}."
+            )
+        if not isinstance(self.whole, frozenset) or not all(
+            isinstance(h, int) and not isinstance(h, bool) for h in self.whole
+        ):
+            raise PlanError(
+                f"whole must be a frozenset of node hashes (ints), got {self.whole!r}; pass "
+                "frozenset(node.hash for node in products), or leave it out."
             )
 
     @classmethod
@@ -344,6 +357,9 @@ class BatchPlan:
             parts.append(f"{self.sums} sums")
         if self.copies != "per batch":
             parts.append(f"{self.copies} copies")
+        if self.whole:
+            n = len(self.whole)
+            parts.append(f"{n} product{'s' if n != 1 else ''} whole")
         return "BatchPlan(" + "; ".join(parts) + ")"
 
 

@@ -1,0 +1,158 @@
+"""Contracted loops a budgeted plan does without (budget/trim.py, ``BatchPlan.whole``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import sq_jax as sq
+from sq_jax._errors import PlanError
+from sq_jax.budget import plan_for_budget, required_bytes, trim, verify
+from sq_jax.cc.equations import load_equations
+from sq_jax.forest.inputs import input_specs
+from sq_jax.forest.symmetry import symmetric_random_inputs
+from sq_jax.lower.instructions import lower_schedule
+from sq_jax.lower.ir import Loop
+from sq_jax.lower.program import make_program
+from sq_jax.plan import BatchPlan, LoopKind, SpaceBatch, annotate
+from sq_jax.schedule import schedule_forest
+from sq_jax.schedule.cost import schedule_flops
+
+TWO_PRODUCTS = "R{a1;i1} = g{a1,a2;i1,i2} t{a2;i2} + f{a1;a2} t{a2;i1}"
+
+
+def _contracted_loops(prog: sq.Program) -> int:
+    return sum(lp.kind is LoopKind.CONTRACTED for lp in prog.lowered.loops())
+
+
+def test_a_whole_product_opens_no_contracted_loop():
+    forest = sq.build_forest(sq.parse(TWO_PRODUCTS), sq.Spaces(i=3, a=5))
+    plan = BatchPlan.of({"a": {"batches": 2, "roles": "contracted"}})
+    summed = [
+        occ
+        for occ, opens in annotate(forest, plan).opens
+        if any(o.kind is LoopKind.CONTRACTED for o in opens)
+    ]
+    assert len(summed) == 2  # both products sum over a_2
+    sums = forest.roots[0].node
+    products = [sums.left, sums.right]
+    for k, product in enumerate(products):
+        whole = replace(plan, whole=frozenset([product.hash]))
+        left = [
+            occ
+            for occ, opens in annotate(forest, whole).opens
+            if any(o.kind is LoopKind.CONTRACTED for o in opens)
+        ]
+        assert len(left) == 1, k
+        assert str(whole).endswith("; 1 product whole)")
+        rng = np.random.default_rng(k)
+        inputs = {s.block_key: rng.standard_normal(s.shape) for s in input_specs(forest)}
+        got = sq.compile(TWO_PRODUCTS, sq.Spaces(i=3, a=5), batch=whole)(inputs)
+        want = sq.evaluate_reference(forest, None, inputs)
+        np.testing.assert_allclose(np.asarray(got["R"]), want["R"], rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("bad", [{1, 2}, frozenset({"x"}), frozenset({True}), (1,)])
+def test_whole_must_be_a_frozenset_of_node_hashes(bad):
+    with pytest.raises(PlanError, match="whole must be a frozenset of node hashes"):
+        BatchPlan(whole=bad)
+
+
+def test_accumulated_elements_count_every_batch_of_every_enclosing_loop():
+    # R{i1,i2} = f{i1;a1} g{a1;i2}, R is 4 x 4: a in 3 batches adds 3 whole results; with
+    # i1 also cut in 2 external batches around it, 2 x 3 halves of R: the same elements
+    text, spaces = "R{i1;i2} = f{i1;a1} g{a1;i2}", sq.Spaces(i=4, a=6)
+    forest = sq.build_forest(sq.parse(text), spaces)
+    summed = BatchPlan.of({"a": {"batches": 3, "roles": "contracted"}})
+    nested = BatchPlan.of(
+        {"a": {"batches": 3, "roles": "contracted"}, "i": 2}, external_modes="first"
+    )
+    outer, inner = sq.compile(text, spaces, batch=nested).lowered.loops()
+    assert (outer.kind, inner.kind) == (LoopKind.EXTERNAL, LoopKind.CONTRACTED)
+    assert (outer.num_batches, inner.num_batches) == (2, 3)
+    for plan in (summed, nested):
+        (elements,) = trim.accumulated_elements(schedule_forest(forest, plan)).values()
+        assert elements == 3 * 4 * 4
+
+
+@pytest.fixture(scope="module")
+def closed_shell():
+    spaces = sq.Spaces(i=4, a=9)
+    text = load_equations("ccsd_cs")
+    base = sq.compile(text, spaces, pair_symmetry=True)
+    forest = base.schedule.annotated.forest
+    inputs = symmetric_random_inputs(forest, seed=3, scale=0.05)
+    return text, spaces, forest, base, inputs
+
+
+def test_the_planner_keeps_products_whole_within_the_budget(closed_shell, monkeypatch):
+    text, spaces, forest, base, inputs = closed_shell
+    limit = required_bytes(base.schedule) // 4
+    trials = []
+    real = trim.schedule_forest
+    monkeypatch.setattr(trim, "schedule_forest", lambda *a, **k: trials.append(1) or real(*a, **k))
+    plan = plan_for_budget(forest, limit, extended=False)  # the extended phases: seconds more
+    assert plan.whole and 0 < len(trials) <= trim.MAX_TRIALS
+    full = replace(plan, whole=frozenset())
+    trimmed_sf, full_sf = schedule_forest(forest, plan), schedule_forest(forest, full)
+    assert required_bytes(trimmed_sf) <= limit
+    assert schedule_flops(trimmed_sf) <= schedule_flops(full_sf)
+    assert sum(trim.accumulated_elements(trimmed_sf).values()) < sum(
+        trim.accumulated_elements(full_sf).values()
+    )
+    prog = sq.compile(text, spaces, batch=plan, pair_symmetry=True)
+    untrimmed = sq.compile(text, spaces, batch=full, pair_symmetry=True)
+    assert _contracted_loops(prog) < _contracted_loops(untrimmed)
+    got, want = prog(inputs), base(inputs)
+    for name in want:
+        np.testing.assert_allclose(
+            np.asarray(got[name]), np.asarray(want[name]), rtol=1e-12, atol=1e-13
+        )
+
+
+def test_a_trim_never_leaves_the_budget(closed_shell):
+    # at the plan's own requirement (no slack) only products that cost no memory go
+    text, spaces, forest, _, _ = closed_shell
+    plan = BatchPlan((SpaceBatch("a", batches=3),), external_modes="first", sums="sequenced")
+    sf = schedule_forest(forest, plan)
+    need = required_bytes(sf)
+    for limit in (need, need + need // 10):
+        trimmed = trim.trim_contracted_loops(forest, sf, limit)
+        assert required_bytes(schedule_forest(forest, trimmed)) <= limit
+        assert schedule_flops(schedule_forest(forest, trimmed)) <= schedule_flops(sf)
+    # never above the plan's own requirement, however large the budget
+    generous = trim.trim_contracted_loops(forest, sf, 10**15)
+    assert generous.whole <= frozenset(trim.accumulated_elements(sf))
+    assert required_bytes(schedule_forest(forest, generous)) <= need
+    everything = replace(plan, whole=frozenset(trim.accumulated_elements(sf)))
+    assert not any(
+        lp.kind is LoopKind.CONTRACTED
+        for lp in sq.compile(text, spaces, batch=everything, pair_symmetry=True).lowered.loops()
+        if isinstance(lp, Loop)
+    )
+
+
+def test_fit_to_budget_takes_the_untrimmed_plan_where_xla_measures_the_trimmed_over(
+    monkeypatch,
+):
+    forest = sq.build_forest(sq.parse(TWO_PRODUCTS), sq.Spaces(i=20, a=100))
+    budget = 1_600_000  # the first try, 1.25x: `a` in 25 batches, f t whole
+    real, seen = verify.xla_bytes, []
+
+    def trimmed_over(program):  # XLA "measures" every trimmed plan over the budget
+        plan = program.schedule.annotated.plan
+        seen.append(plan)
+        return 2 * budget if plan.whole else real(program)
+
+    monkeypatch.setattr(verify, "xla_bytes", trimmed_over)
+
+    def build(plan):
+        scheduled = schedule_forest(forest, plan)
+        return make_program(scheduled, lower_schedule(scheduled))
+
+    prog = verify.fit_to_budget(forest, budget, build)
+    first, second = seen[:2]
+    assert first.whole and second == replace(first, whole=frozenset())
+    assert not prog.schedule.annotated.plan.whole and real(prog) <= budget
