@@ -50,8 +50,8 @@ MAX_TRIALS = 24
 whole program: about 0.04 s for closed-shell CCSD at benzene/cc-pVDZ sizes)."""
 
 HEAVY = 100
-"""A product whose loops accumulate more than ``1/HEAVY`` of all the bytes is tried alone;
-the others go in groups."""
+"""A product whose loops accumulate at least ``1/HEAVY`` of all the elements is tried
+alone; the others go in groups."""
 
 
 def accumulated_elements(sf: ScheduledForest) -> dict[int, int]:
@@ -135,14 +135,14 @@ def trim_contracted_loops(forest: Forest, sf: ScheduledForest, limit: int) -> Ba
             split(group[:half])
             split(group[half:])
 
-    if not order or fits(order):
-        return replace(plan, whole=plan.whole | frozenset(order)) if order else plan
-    total = sum(saved.values())
-    heavy = [h for h in order if saved[h] * HEAVY >= total]
-    split([h for h in order if saved[h] * HEAVY < total])  # most often one trial
-    for h in heavy:  # one by one: the budget needs some of them
-        if trials >= MAX_TRIALS:
-            break
-        if fits([*chosen, h]):
-            chosen.append(h)
+    if order and fits(order):
+        chosen.extend(order)
+    else:
+        total = sum(saved.values())
+        split([h for h in order if saved[h] * HEAVY < total])  # most often one trial
+        for h in (h for h in order if saved[h] * HEAVY >= total):  # the budget needs some
+            if trials >= MAX_TRIALS:
+                break
+            if fits([*chosen, h]):
+                chosen.append(h)
     return replace(plan, whole=plan.whole | frozenset(chosen)) if chosen else plan
