@@ -18,6 +18,7 @@ import sq_jax as sq
 from sq_jax import PlanError
 from sq_jax.budget import plan_for_budget, required_bytes
 from sq_jax.cc.equations import load_equations
+from sq_jax.forest.symmetry import symmetric_random_inputs
 from sq_jax.lower.ir import Accumulate, Loop
 from sq_jax.plan import BatchPlan
 from sq_jax.schedule import schedule_forest
@@ -200,3 +201,27 @@ def test_loops_inside_terms_are_listed_and_run():
     fused = sq.compile(text, spaces, pair_symmetry=True)
     x = symmetric_inputs(fused.schedule.annotated.forest, seed=2)
     _close(seq(x), fused(x))
+
+
+def test_a_loop_whose_loops_sit_in_a_sequenced_term_overlaps_its_last_batch():
+    # peeling it would trace the whole nest twice; its last batch overlaps the one before
+    text, spaces = load_equations("ccsd_cs"), sq.Spaces(i=3, a=5)  # a in blocks of 3, 2
+    plan = BatchPlan.of({"a": 2}, external_modes="first", sums="sequenced")
+    prog = sq.compile(text, spaces, batch=plan, pair_symmetry=True)
+    inside_terms = [
+        lp
+        for lp in prog.lowered.loops()
+        if lp.remainder and not any(isinstance(i, Loop) for i in lp.body) and lp.holds_loops
+    ]
+    assert inside_terms and not any(lp.peel for lp in inside_terms)
+    assert any(isinstance(i, Accumulate) for lp in inside_terms for i in lp.body)
+    base = sq.compile(text, spaces, pair_symmetry=True)
+    forest = base.schedule.annotated.forest
+    inputs = {
+        k: jnp.asarray(v) for k, v in symmetric_random_inputs(forest, seed=5, scale=0.1).items()
+    }
+    got, want = prog(inputs), base(inputs)
+    for name in want:
+        np.testing.assert_allclose(
+            np.asarray(got[name]), np.asarray(want[name]), rtol=1e-12, atol=1e-14
+        )

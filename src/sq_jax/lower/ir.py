@@ -216,16 +216,24 @@ class Loop:
         return -(-self.extent // self.block)
 
     @property
+    def holds_loops(self) -> bool:
+        """Whether a loop runs inside this one (in a sequenced sum's terms included)."""
+        known = self.derived.get("holds_loops")
+        if known is None:
+            known = self.derived["holds_loops"] = any(isinstance(i, Loop) for i in walk(self.body))
+        return bool(known)
+
+    @property
     def peel(self) -> bool:
         """Whether the smaller last batch is a second trace of the body.
 
-        Only for a loop with a remainder and no nested loop: peeling a loop that holds
-        loops would copy the whole nest (exponentially in the nesting depth). Otherwise
-        the last batch *overlaps* the previous one (it starts at ``extent - block``):
-        overlapping elements are zeroed where summed (``Contract.masks``) and dropped
-        from scattered pieces.
+        Only for a loop with a remainder and no nested loop (:attr:`holds_loops`):
+        peeling a loop that holds loops would copy the whole nest (exponentially in the
+        nesting depth). Otherwise the last batch *overlaps* the previous one (it starts
+        at ``extent - block``): overlapping elements are zeroed where summed
+        (``Contract.masks``) and dropped from scattered pieces.
         """
-        return self.remainder > 0 and not any(isinstance(i, Loop) for i in self.body)
+        return self.remainder > 0 and not self.holds_loops
 
     @property
     def product_nest(self) -> tuple[Loop, Contract] | None:

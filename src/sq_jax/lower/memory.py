@@ -623,7 +623,7 @@ class _Walker:
         self.results = results
         if any(+c for _, c in after):
             self.emit([*inner, *after], f"after {name}")
-        if not any(isinstance(sub, Loop) for sub in lp.body):  # peeled: see Loop.peel
+        if not lp.holds_loops:  # peeled when uneven: see Loop.peel
             # the smaller last batch runs after the loop; XLA fuses the add of its
             # partial sum into the sum's reader, so the partial lives as long as the sum
             for v, dims in lp.sums:
