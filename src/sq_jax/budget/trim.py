@@ -10,7 +10,8 @@ and 8 batches ran 1.05, 1.11, 1.24 and 1.50x the unbatched time, with 2.0 to 7.2
 added into partial sums per call.
 
 :func:`trim_contracted_loops` puts products in :attr:`BatchPlan.whole
-<sq_jax.plan.batch.BatchPlan.whole>` (no contracted loop) while the plan still fits:
+<sq_jax.plan.batch.BatchPlan.whole>` (no contracted loop) while the plan still fits the
+budget and needs no more than it did:
 all products are tried together; then, ranked by the elements their loops accumulate,
 those below ``1/HEAVY`` of the total as one group, halved where it does not fit, and
 the others one by one (the budget needs some of them: at benzene sizes, a quarter of
@@ -102,6 +103,19 @@ def trim_contracted_loops(forest: Forest, sf: ScheduledForest, limit: int) -> Ba
         The plan with :attr:`~sq_jax.plan.batch.BatchPlan.whole` set: every trial kept
         needs at most ``limit`` and at most what ``sf`` needs, with at most ``sf``'s
         FLOPs. The plan itself when no product can go whole.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> from sq_jax.plan import BatchPlan
+        >>> eqs = sq.parse("R{a1;i1} = g{a1,a2;i1,i2} t{a2;i2} + f{a1;a2} t{a2;i1}")
+        >>> forest = sq.build_forest(eqs, sq.Spaces(i=20, a=100))
+        >>> plan = BatchPlan.of({"a": {"batches": 15, "roles": "contracted"}})
+        >>> sf = schedule_forest(forest, plan)
+        >>> trimmed = trim_contracted_loops(forest, sf, required_bytes(sf))
+        >>> print(trimmed)
+        BatchPlan(a: 15 batches [contracted]; 1 product whole)
+        >>> required_bytes(schedule_forest(forest, trimmed)) <= required_bytes(sf)
+        True
     """
     plan = sf.annotated.plan
     # never above the plan's own requirement: XLA held the untrimmed plans to the model
