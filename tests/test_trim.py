@@ -156,3 +156,54 @@ def test_fit_to_budget_takes_the_untrimmed_plan_where_xla_measures_the_trimmed_o
     first, second = seen[:2]
     assert first.whole and second == replace(first, whole=frozenset())
     assert not prog.schedule.annotated.plan.whole and real(prog) <= budget
+
+
+# a third product summed over `a` whose result is a scalar: its loop accumulates 25 elements
+# in 25 batches, the other two 50,000 each
+WITH_A_LIGHT_PRODUCT = TWO_PRODUCTS + " + x{a1;i1} y{;a3} u{a3}"
+
+
+def test_heavy_products_only_drops_the_light_products():
+    forest = sq.build_forest(sq.parse(WITH_A_LIGHT_PRODUCT), sq.Spaces(i=20, a=100))
+    plan = BatchPlan.of({"a": {"batches": 25, "roles": "contracted"}})
+    every_loop = schedule_forest(forest, plan)
+    saved = trim.accumulated_elements(every_loop)
+    assert sorted(saved.values()) == [25, 50_000, 50_000]  # 25 batches of 1 or of 20 x 100
+    light = min(saved, key=saved.get)
+    both = replace(plan, whole=frozenset(saved))
+    heavy = trim.heavy_products_only(forest, both)
+    assert heavy == replace(plan, whole=frozenset(saved) - {light})
+    # nothing to drop: all heavy, or only light ones whole
+    assert trim.heavy_products_only(forest, heavy) is None
+    assert trim.heavy_products_only(forest, replace(plan, whole=frozenset({light}))) is None
+    ref = sq.compile(WITH_A_LIGHT_PRODUCT, sq.Spaces(i=20, a=100))
+    x = symmetric_random_inputs(forest, seed=3)
+    got = sq.compile(WITH_A_LIGHT_PRODUCT, sq.Spaces(i=20, a=100), batch=heavy)(x)
+    np.testing.assert_allclose(got["R"], ref(x)["R"], rtol=0, atol=1e-12)
+
+
+def test_fit_to_budget_keeps_the_heavy_products_whole_where_xla_measures_the_light_over(
+    monkeypatch,
+):
+    forest = sq.build_forest(sq.parse(WITH_A_LIGHT_PRODUCT), sq.Spaces(i=20, a=100))
+    budget = 1_600_000  # the first try, 1.25x: `a` in 25 contracted batches, 2 products whole
+    saved = trim.accumulated_elements(schedule_forest(forest, BatchPlan.of({"a": 25})))
+    light = min(saved, key=saved.get)
+    real, seen = verify.xla_bytes, []
+
+    def light_over(program):  # XLA "measures" a plan with the light product whole over
+        plan = program.schedule.annotated.plan
+        seen.append(plan)
+        return 2 * budget if light in plan.whole else real(program)
+
+    monkeypatch.setattr(verify, "xla_bytes", light_over)
+
+    def build(plan):
+        scheduled = schedule_forest(forest, plan)
+        return make_program(scheduled, lower_schedule(scheduled))
+
+    prog = verify.fit_to_budget(forest, budget, build)
+    first, second = seen[:2]
+    assert light in first.whole and len(first.whole) == 2  # and one heavy product
+    assert second == replace(first, whole=first.whole - {light})
+    assert prog.schedule.annotated.plan == second and real(prog) <= budget

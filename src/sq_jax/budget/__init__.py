@@ -61,7 +61,8 @@ few places only; each contracted loop costs time its FLOPs do not show (slices,
 smaller products, partial sums added per batch). :mod:`.trim` then keeps products
 whole (``BatchPlan.whole``: no contracted loop) while the plan's requirement does not
 grow and its FLOPs do not rise, within a few dozen trial schedules. Where XLA measures a
-trimmed plan over the budget, :func:`fit_to_budget` takes the same plan untrimmed.
+trimmed plan over the budget, :func:`fit_to_budget` takes the same plan with only its heavy
+products whole (:func:`~.trim.heavy_products_only`), then untrimmed.
 
 References: SeQuant's batched evaluation (``docs/schedule.md``); cotengra's
 slicing search for the idea of pricing recomputation against memory (not its code).
