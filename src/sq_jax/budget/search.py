@@ -563,4 +563,4 @@ def _plan(
             f"{best.flops} FLOPs, the schedule has {need} and {schedule_flops(check)}. "
             "Please report this with the equations."
         )
-    return trim_contracted_loops(forest, check, limit)
+    return trim_contracted_loops(forest, check, limit, need)
