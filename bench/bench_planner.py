@@ -20,12 +20,18 @@ symmetric pairs packed, for spin-orbital CCSD at H2O/cc-pVDZ sizes (i=10, a=38) 
 closed-shell CCSD at benzene/cc-pVDZ sizes (i=21, a=93). Each repeat is a cold call
 (a new plan cache, the GEMM plans forgotten), timed on its own; writes
 ``bench_planner_w3.json`` and ``.md``.
+
+``--candidates`` lists, at W3's budgets, the cheapest counts of every configuration of
+the search space (each role choice in each variant the search may try, gates ignored)
+that fits the model: what the budget leaves to choose from. Writes
+``bench_planner_candidates.json`` and ``.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import math
 import os
@@ -154,6 +160,128 @@ def w3(args: argparse.Namespace) -> None:
     _save(args.out, "bench_planner_w3", record, md, columns)
 
 
+def _every_configuration(forest) -> list:
+    """Every configuration the search may schedule (:func:`sq_jax.budget.search._plan`'s
+    phases, without their gates)."""
+    from dataclasses import replace
+
+    from sq_jax.budget import search as S
+
+    spaces = S._batchable_spaces(forest, None)
+    spaces = tuple(s for s in spaces if S._ladder(forest.spaces.extent(s), None))
+    configs = S._configs(spaces)
+    out = [c for c in configs if c.roles]
+    for modes, hoist, sums in S.EXTENDED_PHASES:
+        out += [replace(c, modes=modes, hoist=hoist, sums=sums) for c in configs if c.roles]
+    out += [
+        replace(c, site="top", sums="sequenced") for c in configs if any(e for _, e, _ in c.roles)
+    ]
+    return out
+
+
+def candidates(args: argparse.Namespace) -> None:
+    """The fitting configurations at W3's budgets (module docstring, ``--candidates``)."""
+    from dataclasses import replace
+
+    from sq_jax.budget import search as S
+    from sq_jax.budget import xla_bytes
+    from sq_jax.budget.model import XLA_HEADROOM, budget_model, schedule_model
+    from sq_jax.lower.instructions import lower_schedule, sequence_sums_of
+
+    rows = []
+    for eq, system, spaces in W3_SYSTEMS:
+        base = sq.compile(load_equations(eq), spaces, pair_symmetry=True)
+        unbatched = xla_bytes(base)
+        forest = base.schedule.annotated.forest
+        cache = S.PlanCache().using(forest)
+        step_cost = S.default_step_cost()
+        c0, packed0 = S._unbatched(forest, cache, step_cost)
+        unit = S.COST_RESOLUTION * c0
+        ladders = {
+            s: S._ladder(forest.spaces.extent(s), None) for s in S._batchable_spaces(forest, None)
+        }
+        models = []
+        for cfg in _every_configuration(forest):
+            plan = cfg.plan([2] * len(cfg.spaces))
+            fused = replace(plan, sums="fused")
+            sf = cache.schedule(forest, fused)
+            if sf is None:
+                continue
+            sf = replace(sf, annotated=replace(sf.annotated, plan=plan))
+            if fused not in cache.lowered:
+                cache.lowered[fused] = lower_schedule(cache.schedules[fused], sequence=False)
+            cheap = schedule_model(sf, cfg, cache.floors)
+            tree = sequence_sums_of(cache.lowered[fused], cfg.sums)
+            models.append(budget_model(sf, cfg, tree, scheduled=cheap))
+        for label, div in (("1/4", 4), ("1/8", 8)):
+            limit = math.floor(unbatched // div * XLA_HEADROOM)
+            found = {}
+            for model in models:
+                lad = [ladders[s] for s in model.config.spaces]
+                pt = S._search(model, lad, limit, None, step_cost, unit)
+                if pt is not None:
+                    plan = pt.config.plan(pt.counts)
+                    least = min(  # the fewest FLOPs at any counts that fit, not the cheapest
+                        model.packed_flops([n for n, _ in combo], [b for _, b in combo])
+                        for combo in itertools.product(*lad)
+                        if model.peak([b for _, b in combo]) <= limit
+                    )
+                    found.setdefault(str(plan), (pt, model, least))
+            ranked = sorted(found.items(), key=lambda item: item[1][0].key)
+            print(f"{eq} {system} {label}: {len(ranked)} of {len(models)} configurations fit")
+            for text, (pt, model, least) in ranked:
+                row = {
+                    "equations": eq,
+                    "system": system,
+                    "budget": label,
+                    "plan": text,
+                    "cost_ratio": round(pt.cost / c0, 3),
+                    "packed_flops_ratio": round(pt.packed / packed0, 3),
+                    "least_flops_ratio": round(least / packed0, 3),
+                    "flops_ratio": round(pt.flops / forest.flops, 3),
+                    "steps": model.steps(pt.counts),
+                    "need_over_limit": round(pt.peak / limit, 3),
+                }
+                rows.append(row)
+                print(
+                    f"  cost {row['cost_ratio']:9.2f}  FLOPs {row['packed_flops_ratio']:7.2f}"
+                    f" (least {row['least_flops_ratio']:7.2f})"
+                    f"  steps {row['steps']:>12,}  {text}",
+                    flush=True,
+                )
+    record = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+        "python": platform.python_version(),
+        "sq_jax": sq.__version__,
+        "rows": rows,
+    }
+    md = [
+        "# Every configuration that fits W3's budgets (the model's view)",
+        "",
+        f"{record['date']}. Command: `python bench/bench_planner.py --candidates --out DIR`.",
+        "Per budget, each configuration of the search space (gates ignored) at its cheapest",
+        "fitting counts, cheapest first; the untrimmed plans (no products kept whole).",
+        "Cost and FLOPs are ratios to the unbatched program: cost is FLOPs (packed products",
+        "at the share their lowering runs) plus the step price per executed step; FLOPs are",
+        "packed, as `Program.flops` counts them; the least FLOPs that fit: of any counts",
+        "of that configuration that fit. Need: the model's requirement over the planner's",
+        "limit (the budget with XLA headroom).",
+    ]
+    columns = (
+        ("equations", "equations"),
+        ("sizes", "system"),
+        ("budget", "budget"),
+        ("plan", "plan"),
+        ("cost / unbatched", "cost_ratio"),
+        ("FLOPs / unbatched", "packed_flops_ratio"),
+        ("least FLOPs that fit / unbatched", "least_flops_ratio"),
+        ("steps", "steps"),
+        ("need / limit", "need_over_limit"),
+    )
+    _save(args.out, "bench_planner_candidates", record, md, columns)
+
+
 def _save(
     out: Path, stem: str, record: dict, head: list[str], columns: tuple[tuple[str, str], ...]
 ) -> None:
@@ -171,8 +299,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--xla", action="store_true")
     ap.add_argument("--w3", action="store_true", help="W3's budgets, as sq.compile plans them")
+    ap.add_argument(
+        "--candidates", action="store_true", help="every configuration fitting W3's budgets"
+    )
     ap.add_argument("--out", type=Path, default=Path("."))
     args = ap.parse_args()
+    if args.candidates:
+        candidates(args)
+        return
     if args.w3:
         w3(args)
         return
