@@ -132,11 +132,8 @@ def w3(args: argparse.Namespace) -> None:
                 flush=True,
             )
     record = {
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+        **_header(),
         "load_average": os.getloadavg(),
-        "python": platform.python_version(),
-        "sq_jax": sq.__version__,
         "repeat": args.repeat,
         "rows": rows,
     }
@@ -249,13 +246,7 @@ def candidates(args: argparse.Namespace) -> None:
                     f"  steps {row['steps']:>12,}  {text}",
                     flush=True,
                 )
-    record = {
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
-        "python": platform.python_version(),
-        "sq_jax": sq.__version__,
-        "rows": rows,
-    }
+    record = {**_header(), "rows": rows}
     md = [
         "# Every configuration that fits W3's budgets (the model's view)",
         "",
@@ -280,6 +271,16 @@ def candidates(args: argparse.Namespace) -> None:
         ("need / limit", "need_over_limit"),
     )
     _save(args.out, "bench_planner_candidates", record, md, columns)
+
+
+def _header() -> dict:
+    """When, where and with what a record was made."""
+    return {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+        "python": platform.python_version(),
+        "sq_jax": sq.__version__,
+    }
 
 
 def _save(
@@ -378,10 +379,7 @@ def main() -> None:
         print(f"\nbudget {label}:\n  {text}")
 
     record = {
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
-        "python": platform.python_version(),
-        "sq_jax": sq.__version__,
+        **_header(),
         "workload": f"ccsd_so at {SPACES}",
         "unbatched_peak": p0,
         "unbatched_flops": f0,

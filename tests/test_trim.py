@@ -139,23 +139,32 @@ def test_fit_to_budget_takes_the_untrimmed_plan_where_xla_measures_the_trimmed_o
 ):
     forest = sq.build_forest(sq.parse(TWO_PRODUCTS), sq.Spaces(i=20, a=100))
     budget = 1_600_000  # the first try, 1.25x: `a` in 25 batches, f t whole
+    # XLA "measures" every trimmed plan over the budget
+    prog, seen = _fit_where_xla_measures_over(monkeypatch, forest, budget, lambda p: p.whole)
+    first, second = seen[:2]
+    assert first.whole and second == replace(first, whole=frozenset())
+    assert not prog.schedule.annotated.plan.whole and verify.xla_bytes(prog) <= budget
+
+
+def _fit_where_xla_measures_over(monkeypatch, forest, budget, over):
+    """``fit_to_budget`` where XLA "measures" the plans ``over`` selects at twice the
+    budget; the program and every plan measured, in order."""
     real, seen = verify.xla_bytes, []
 
-    def trimmed_over(program):  # XLA "measures" every trimmed plan over the budget
+    def measured(program):
         plan = program.schedule.annotated.plan
         seen.append(plan)
-        return 2 * budget if plan.whole else real(program)
+        return 2 * budget if over(plan) else real(program)
 
-    monkeypatch.setattr(verify, "xla_bytes", trimmed_over)
+    monkeypatch.setattr(verify, "xla_bytes", measured)
 
     def build(plan):
         scheduled = schedule_forest(forest, plan)
         return make_program(scheduled, lower_schedule(scheduled))
 
     prog = verify.fit_to_budget(forest, budget, build)
-    first, second = seen[:2]
-    assert first.whole and second == replace(first, whole=frozenset())
-    assert not prog.schedule.annotated.plan.whole and real(prog) <= budget
+    monkeypatch.setattr(verify, "xla_bytes", real)
+    return prog, seen
 
 
 # a third product summed over `a` whose result is a scalar: its loop accumulates 25 elements
@@ -189,21 +198,11 @@ def test_fit_to_budget_keeps_the_heavy_products_whole_where_xla_measures_the_lig
     budget = 1_600_000  # the first try, 1.25x: `a` in 25 contracted batches, 2 products whole
     saved = trim.accumulated_elements(schedule_forest(forest, BatchPlan.of({"a": 25})))
     light = min(saved, key=saved.get)
-    real, seen = verify.xla_bytes, []
-
-    def light_over(program):  # XLA "measures" a plan with the light product whole over
-        plan = program.schedule.annotated.plan
-        seen.append(plan)
-        return 2 * budget if light in plan.whole else real(program)
-
-    monkeypatch.setattr(verify, "xla_bytes", light_over)
-
-    def build(plan):
-        scheduled = schedule_forest(forest, plan)
-        return make_program(scheduled, lower_schedule(scheduled))
-
-    prog = verify.fit_to_budget(forest, budget, build)
+    # XLA "measures" a plan with the light product whole over the budget
+    prog, seen = _fit_where_xla_measures_over(
+        monkeypatch, forest, budget, lambda plan: light in plan.whole
+    )
     first, second = seen[:2]
     assert light in first.whole and len(first.whole) == 2  # and one heavy product
     assert second == replace(first, whole=first.whole - {light})
-    assert prog.schedule.annotated.plan == second and real(prog) <= budget
+    assert prog.schedule.annotated.plan == second and verify.xla_bytes(prog) <= budget
