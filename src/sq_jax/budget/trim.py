@@ -13,9 +13,10 @@ added into partial sums per call.
 <sq_jax.plan.batch.BatchPlan.whole>` (no contracted loop) while the plan still fits the
 budget and needs no more than it did:
 all products are tried together; then, ranked by the elements their loops accumulate,
-those below ``1/HEAVY`` of the total as one group (left in their loops where it does not
-fit), and the others one by one (the budget needs some of them: at benzene sizes, a quarter of
-the memory, 7 of the 19 heavy ones); at most :data:`MAX_TRIALS` schedules in all.
+those below ``1/HEAVY`` of the total as one group (left in their loops where it does
+not fit), and the others one by one (the budget needs some of them: at benzene sizes, a
+quarter of the memory, 7 of the 19 heavy ones); at most :data:`MAX_TRIALS` schedules in
+all.
 A trim that would add FLOPs is refused. There, 29 of 36 products went whole: XLA's
 compile took 5.2-5.9 s instead of 9.2, a call 1.30x the unbatched time instead of 1.36x.
 
@@ -172,10 +173,11 @@ def heavy_products_only(forest: Forest, plan: BatchPlan) -> BatchPlan | None:
 
     A product is heavy when, with every loop in place, its contracted loops accumulate at
     least ``1/HEAVY`` of all the elements; the light ones save little time when whole.
-    The memory model can miss what keeping them whole costs in XLA: spin-orbital CCSD at
-    H2O/cc-pVDZ sizes, a quarter of the memory, with 42 products whole measured 1.055x
-    the budget (predicted 0.993x), the 18 heavy ones alone 0.988x and ran 4.8x the
-    unbatched time, against 8.9x with every loop (4.2x with all 42).
+    XLA may pack a trimmed plan's buffers less tightly than the memory model counts them:
+    spin-orbital CCSD at H2O/cc-pVDZ sizes, a quarter of the memory, with 42 products
+    whole measured 1.055x the budget (predicted 0.993x; one light product made the
+    difference), the 18 heavy ones alone 0.988x and ran 4.8x the unbatched time, against
+    8.9x with every loop (4.2x with all 42).
     :func:`~sq_jax.budget.fit_to_budget` tries this plan before the untrimmed one.
 
     Returns:

@@ -136,9 +136,10 @@ def fit_to_budget(
             raise _over_budget(limit, tried, err) from err
         # a plan with products kept whole (budget/trim.py), then, where XLA measures
         # it over, the same plan with its heavy products whole, then with all its loops:
-        # the model held them all under the target, but XLA schedules a trimmed plan its
-        # own way (spin-orbital CCSD at H2O/cc-pVDZ sizes, a quarter of the memory: 4.2
-        # MiB for 4.0 with 42 products whole, 3.9 with the 18 heavy ones or with none)
+        # the model held them all under the target, but XLA packs a trimmed plan's
+        # buffers its own way (spin-orbital CCSD at H2O/cc-pVDZ sizes, a quarter of the
+        # memory: 4.2 MiB for 4.0 with 42 products whole, 3.9 with the 18 heavy ones or
+        # with none; its memory-usage report holds the same large buffers either way)
         for each in _plan_and_fallbacks(forest, plan):
             if each in over:
                 continue  # measured over the budget already
