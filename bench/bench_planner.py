@@ -22,7 +22,7 @@ closed-shell CCSD at benzene/cc-pVDZ sizes (i=21, a=93). Each repeat is a cold c
 ``bench_planner_w3.json`` and ``.md``.
 
 ``--candidates`` lists, at W3's budgets, the cheapest counts of every configuration of
-the search space (each role choice in each variant the search may try, gates ignored)
+the search space (each one :func:`sq_jax.budget.search.search_phases` lists, gates ignored)
 that fits the model: what the budget leaves to choose from. Writes
 ``bench_planner_candidates.json`` and ``.md``.
 """
@@ -158,22 +158,12 @@ def w3(args: argparse.Namespace) -> None:
 
 
 def _every_configuration(forest) -> list:
-    """Every configuration the search may schedule (:func:`sq_jax.budget.search._plan`'s
-    phases, without their gates)."""
-    from dataclasses import replace
-
+    """Every configuration the search may schedule, its phases' gates ignored."""
     from sq_jax.budget import search as S
 
     spaces = S._batchable_spaces(forest, None)
     spaces = tuple(s for s in spaces if S._ladder(forest.spaces.extent(s), None))
-    configs = S._configs(spaces)
-    out = [c for c in configs if c.roles]
-    for modes, hoist, sums in S.EXTENDED_PHASES:
-        out += [replace(c, modes=modes, hoist=hoist, sums=sums) for c in configs if c.roles]
-    out += [
-        replace(c, site="top", sums="sequenced") for c in configs if any(e for _, e, _ in c.roles)
-    ]
-    return out
+    return [c for _, phase in S.search_phases(forest, spaces) for c in phase if c.roles]
 
 
 def candidates(args: argparse.Namespace) -> None:

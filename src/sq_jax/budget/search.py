@@ -445,27 +445,25 @@ def _rare_collections(young: int = 1_000_000):
         gc.set_threshold(*old)
 
 
-def _plan(
-    forest: Forest,
-    limit: int,
-    spaces_allowed: Iterable[str] | None,
-    max_batches: int | None,
-    extended: bool,
-    step_cost: float,
-    cache: PlanCache | None,
-) -> BatchPlan:
-    """:func:`plan_for_budget` once its arguments are checked."""
-    spaces = _batchable_spaces(forest, spaces_allowed)
-    extent = forest.spaces.extent
-    ladders = {s: _ladder(extent(s), max_batches) for s in spaces}
-    spaces = tuple(s for s in spaces if ladders[s])
-    f0 = forest.flops
-    cache = (PlanCache() if cache is None else cache).using(forest)
-    c0, packed0 = _unbatched(forest, cache, step_cost)
-    unit = COST_RESOLUTION * c0 if c0 > 0 else 1.0  # one step of cost
-    best: SearchPoint | None = None
-    floor: tuple[SearchPoint, ScheduledForest] | None = None  # the smallest peak seen
-    scheduled: dict[Configuration, ScheduledForest] = {}
+def search_phases(
+    forest: Forest, spaces: Sequence[str], extended: bool = True
+) -> list[tuple[float, list[Configuration]]]:
+    """The configurations :func:`plan_for_budget` may schedule, phase by phase.
+
+    Each phase is ``(gate, configurations)``: the search schedules a phase only while the
+    best plan found so far costs more than ``gate`` times the unbatched program.
+
+    Args:
+        forest: the eval forest.
+        spaces: the spaces the plans may batch.
+        extended: with the variants of :data:`EXTENDED_PHASES`.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> forest = sq.build_forest(sq.parse("E = f{i1;a1} t{a1;i1}"), sq.Spaces(i=2, a=4))
+        >>> [(gate, len(configs)) for gate, configs in search_phases(forest, ("a", "i"))]
+        [(0.0, 16), (1.1, 16), (1.1, 15), (1.1, 0), (1.1, 0), (1.1, 0), (1.1, 15)]
+    """
     # External loops open at the reads of a permuted sum's values first (Y built once
     # per batch), one loop per batched result index, nothing hoisted. With `extended`,
     # the variants of EXTENDED_PHASES follow, each searched only when nothing found so
@@ -498,6 +496,32 @@ def _plan(
         phases.append(
             (2.0, [replace(c, site="top", sums=sums, rank=rank + c.rank) for c in external])
         )
+    return phases
+
+
+def _plan(
+    forest: Forest,
+    limit: int,
+    spaces_allowed: Iterable[str] | None,
+    max_batches: int | None,
+    extended: bool,
+    step_cost: float,
+    cache: PlanCache | None,
+) -> BatchPlan:
+    """:func:`plan_for_budget` once its arguments are checked."""
+    spaces = _batchable_spaces(forest, spaces_allowed)
+    extent = forest.spaces.extent
+    ladders = {s: _ladder(extent(s), max_batches) for s in spaces}
+    spaces = tuple(s for s in spaces if ladders[s])
+    f0 = forest.flops
+    cache = (PlanCache() if cache is None else cache).using(forest)
+    c0, packed0 = _unbatched(forest, cache, step_cost)
+    unit = COST_RESOLUTION * c0 if c0 > 0 else 1.0  # one step of cost
+    best: SearchPoint | None = None
+    floor: tuple[SearchPoint, ScheduledForest] | None = None  # the smallest peak seen
+    scheduled: dict[Configuration, ScheduledForest] = {}
+    phases = search_phases(forest, spaces, extended)
+    pairs = block_pair_products(forest)
     for gate, phase in phases:
         if best is not None and best.cost <= gate * c0:
             continue  # not worth its planner time
