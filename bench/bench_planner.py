@@ -168,12 +168,9 @@ def _every_configuration(forest) -> list:
 
 def candidates(args: argparse.Namespace) -> None:
     """The fitting configurations at W3's budgets (module docstring, ``--candidates``)."""
-    from dataclasses import replace
-
     from sq_jax.budget import search as S
     from sq_jax.budget import xla_bytes
-    from sq_jax.budget.model import XLA_HEADROOM, budget_model, schedule_model
-    from sq_jax.lower.instructions import lower_schedule, sequence_sums_of
+    from sq_jax.budget.model import XLA_HEADROOM
 
     rows = []
     for eq, system, spaces in W3_SYSTEMS:
@@ -189,17 +186,9 @@ def candidates(args: argparse.Namespace) -> None:
         }
         models = []
         for cfg in _every_configuration(forest):
-            plan = cfg.plan([2] * len(cfg.spaces))
-            fused = replace(plan, sums="fused")
-            sf = cache.schedule(forest, fused)
-            if sf is None:
-                continue
-            sf = replace(sf, annotated=replace(sf.annotated, plan=plan))
-            if fused not in cache.lowered:
-                cache.lowered[fused] = lower_schedule(cache.schedules[fused], sequence=False)
-            cheap = schedule_model(sf, cfg, cache.floors)
-            tree = sequence_sums_of(cache.lowered[fused], cfg.sums)
-            models.append(budget_model(sf, cfg, tree, scheduled=cheap))
+            sf = cache.structure(forest, cfg)
+            if sf is not None:
+                models.append(cache.model(cfg, sf))
         for label, div in (("1/4", 4), ("1/8", 8)):
             limit = math.floor(unbatched // div * XLA_HEADROOM)
             found = {}

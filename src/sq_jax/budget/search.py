@@ -165,6 +165,40 @@ class PlanCache:
                 self.schedules[plan] = None
         return self.schedules[plan]
 
+    def structure(self, forest: Forest, cfg: Configuration) -> ScheduledForest | None:
+        """``cfg``'s schedule at any counts, with its sums in its plan (``None``: none).
+
+        The structure does not need the counts; configurations that differ in their sums
+        only share one schedule (the sums change the lowering, not the schedule).
+        """
+        plan = cfg.plan([2] * len(cfg.spaces))
+        sf = self.schedule(forest, replace(plan, sums="fused"))
+        if sf is None or plan.sums == "fused":
+            return sf
+        return replace(
+            sf, annotated=replace(sf.annotated, plan=replace(sf.annotated.plan, sums=plan.sums))
+        )
+
+    def cheap_model(self, cfg: Configuration, sf: ScheduledForest) -> BudgetModel:
+        """:func:`~sq_jax.budget.model.schedule_model` of ``cfg`` (``sf``: its structure)."""
+        if cfg not in self.cheap:
+            self.cheap[cfg] = schedule_model(sf, cfg, self.floors)
+        return self.cheap[cfg]
+
+    def model(self, cfg: Configuration, sf: ScheduledForest) -> BudgetModel:
+        """:func:`~sq_jax.budget.model.budget_model` of ``cfg`` (``sf``: its structure).
+
+        Made once, from the lowering the configurations of one schedule share.
+        """
+        if cfg not in self.models:
+            fused = replace(cfg.plan([2] * len(cfg.spaces)), sums="fused")
+            if fused not in self.lowered:
+                self.lowered[fused] = lower_schedule(self.schedules[fused], sequence=False)
+            # sequencing rewrites it (lower/accumulate.py)
+            tree = sequence_sums_of(self.lowered[fused], cfg.sums)
+            self.models[cfg] = budget_model(sf, cfg, tree, scheduled=self.cheap_model(cfg, sf))
+        return self.models[cfg]
+
 
 def _unbatched(forest: Forest, cache: PlanCache, step_cost: float) -> tuple[float, float]:
     """The unbatched program's cost and packed FLOPs; fills ``cache.floors``.
@@ -535,23 +569,12 @@ def _plan(
                 if cfg.flags > level:
                     continue  # nothing at a higher level can win the tie-break
             level = cfg.flags
-            plan = cfg.plan([2] * len(cfg.spaces))  # the structure does not need the counts
-            fused = replace(plan, sums="fused")  # the sums change the lowering, not the schedule
-            sf = cache.schedule(forest, fused)
+            sf = cache.structure(forest, cfg)
             if sf is None:
                 continue  # this configuration cannot be expressed: leave it out
-            if plan.sums != "fused":
-                sf = replace(
-                    sf,
-                    annotated=replace(
-                        sf.annotated, plan=replace(sf.annotated.plan, sums=plan.sums)
-                    ),
-                )
             scheduled[cfg] = sf
             lad = [ladders[s] for s in cfg.spaces]
-            if cfg not in cache.cheap:
-                cache.cheap[cfg] = schedule_model(sf, cfg, cache.floors)
-            cheap = cache.cheap[cfg]
+            cheap = cache.cheap_model(cfg, sf)
             if best is not None and _lower_bound(cheap, lad, step_cost, unit) >= best.key:
                 continue  # it cannot win
             combos = list(itertools.product(*lad))
@@ -561,13 +584,7 @@ def _plan(
                 or (floor is not None and (low, cfg.rank) >= (floor[0].peak, floor[0].config.rank))
             ):
                 continue  # nothing fits, nor does it lower the floor of the error message
-            if cfg not in cache.models:
-                if fused not in cache.lowered:
-                    cache.lowered[fused] = lower_schedule(cache.schedules[fused], sequence=False)
-                # sequencing rewrites it (lower/accumulate.py)
-                tree = sequence_sums_of(cache.lowered[fused], plan.sums)
-                cache.models[cfg] = budget_model(sf, cfg, tree, scheduled=cheap)
-            model = cache.models[cfg]
+            model = cache.model(cfg, sf)
             low, counts = min(
                 (model.peak([b for _, b in combo]), tuple(n for n, _ in combo)) for combo in combos
             )
