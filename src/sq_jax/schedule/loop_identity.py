@@ -34,6 +34,7 @@ Example (``B[i3, i4] = A[i3] A[i4]`` with ``i`` in 2 batches: one loop per resul
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .._errors import AnnotationError
@@ -64,7 +65,7 @@ class Occ:
     pos_loop: tuple[int, ...] = ()  # per carried position: loop id or -1 (enclosing or own)
     red: tuple[tuple[Index, int], ...] = ()  # (mode, loop id) of batched reductions
     read_loops: tuple[int, ...] = ()  # hoisted: the loops its reader slices it by
-    nesting: list[tuple[int, int]] = field(default_factory=list)  # nesting_pairs, once
+    nesting: Sequence[tuple[int, int]] = ()  # nesting_pairs, once
 
 
 @dataclass(slots=True)
@@ -221,9 +222,13 @@ def _walk(ann: AnnotatedForest) -> tuple[list[Occ], Loops]:
             opens = opens_at.get(oid, ())
             rec = Occ(node, oid, parent, ectx, opens, read_loops=read_loops)
             occs.append(rec)
-            own = tuple(loops.add(o.index, o.kind, me) for o in opens)
-            rec.own_loops = own
-            _check_opens(rec, occs, loops)
+            if opens:
+                own = rec.own_loops = tuple(loops.add(o.index, o.kind, me) for o in opens)
+                _check_opens(rec, occs, loops)
+            else:
+                own = ()
+                if ectx and node.left is not None:  # a summed label may shadow a loop
+                    _check_opens(rec, occs, loops)
             if node.left is not None:
                 inner = ectx + own
                 for child in (node.right, node.left):  # type: ignore[assignment]
@@ -330,6 +335,9 @@ def _link(occs: list[Occ], loops: Loops) -> None:
     """Per-occurrence loop bindings, touch tokens, forbids and nesting constraints."""
     modes_of: dict[tuple[int, ...], dict[Index, int]] = {}  # siblings share their ectx
     for k, rec in enumerate(occs):
+        if not rec.ectx and not rec.opens:  # no loop binds it: nothing to record
+            rec.pos_loop = (-1,) * len(rec.node.indices)
+            continue
         by_mode = modes_of.get(rec.ectx)
         if by_mode is None:
             by_mode = modes_of[rec.ectx] = {loops.mode[lp]: lp for lp in rec.ectx}
@@ -361,9 +369,10 @@ def _link(occs: list[Occ], loops: Loops) -> None:
             if rec.parent >= 0:  # rule 2: never around the reader of this partial sum
                 reader = occs[rec.parent]
                 loops.forbid[lp].update(reader.ectx + reader.own_loops)
-        rec.nesting = nesting_pairs(rec, loops)
-        for a, b in rec.nesting:
-            loops.require(a, b)
+        if len(rec.ectx) + len(rec.own_loops) > 1:  # else no two loops to order
+            rec.nesting = nesting_pairs(rec, loops)
+            for a, b in rec.nesting:
+                loops.require(a, b)
 
 
 def nesting_pairs(rec: Occ, loops: Loops) -> list[tuple[int, int]]:

@@ -376,18 +376,19 @@ def build_rich_schedule(ann: AnnotatedForest) -> RichSchedule:
         return slot_of.get(lp, -1)
 
     opener_point = [occs[k].point for k in loops.opener]
+    points = [rec.point for rec in occs]
     records: dict[int, OccurrenceRec] = {}
     for k, rec in enumerate(occs):
-        parent_point = occs[rec.parent].point if rec.parent >= 0 else rec.point
+        ectx = rec.ectx
         records[k] = OccurrenceRec(
             point=rec.point,
-            consumer_point=parent_point,
+            consumer_point=points[rec.parent] if rec.parent >= 0 else rec.point,
             carried=rec.node.indices,
-            home=tuple(map(rec.node.indices.__getitem__, rec.home_pos)),
-            ectx=tuple(map(loops.mode.__getitem__, rec.ectx)),
-            ectx_opener_point=tuple(map(opener_point.__getitem__, rec.ectx)),
-            ectx_slot=tuple(map(slot, rec.ectx)),
-            operand_points=tuple(occs[c].point for c in rec.children),
+            home=tuple(map(rec.node.indices.__getitem__, rec.home_pos)) if rec.home_pos else (),
+            ectx=tuple(map(loops.mode.__getitem__, ectx)) if ectx else (),
+            ectx_opener_point=tuple(map(opener_point.__getitem__, ectx)) if ectx else (),
+            ectx_slot=tuple(map(slot, ectx)) if ectx else (),
+            operand_points=tuple(map(points.__getitem__, rec.children)) if rec.children else (),
             opens=rec.opens,
             loop_slot=tuple(map(slot, rec.pos_loop)),
             reduced_slot=tuple((ix, slot_of[lp]) for ix, lp in rec.red) if rec.red else (),
@@ -431,19 +432,26 @@ def _read_slot(rec: Occ, loops: Loops, slot: Callable[[int], int]) -> tuple[int,
 def _make_cell(
     value_id: int, key: int, recs: Sequence[OccurrenceRec], read: Sequence[OccurrenceRec]
 ) -> ValueCell:
-    recs = sorted(recs, key=lambda r: r.point)
-    first = recs[0]
-    enclosing: dict[Index, None] = {}
-    for r in recs:
-        if r.ectx:
-            enclosing.update(dict.fromkeys(r.ectx))
-    labelings = dict.fromkeys(r.carried for r in recs)  # mostly one
-    union: dict[Index, None] = {}
-    inter = set(first.carried)
-    if len(labelings) > 1:
-        for carried in labelings:
-            union.update(dict.fromkeys(carried))
-            inter &= set(carried)
+    if len(recs) == 1:  # most values: one occurrence, one labeling
+        first = recs[0]
+        enclosing: tuple[Index, ...] = first.ectx
+        divergent: tuple[Index, ...] = ()
+    else:
+        recs = sorted(recs, key=lambda r: r.point)
+        first = recs[0]
+        modes: dict[Index, None] = {}
+        for r in recs:
+            if r.ectx:
+                modes.update(dict.fromkeys(r.ectx))
+        enclosing = tuple(modes)
+        labelings = dict.fromkeys(r.carried for r in recs)  # mostly one
+        union: dict[Index, None] = {}
+        inter = set(first.carried)
+        if len(labelings) > 1:
+            for carried in labelings:
+                union.update(dict.fromkeys(carried))
+                inter &= set(carried)
+        divergent = tuple(ix for ix in union if ix not in inter)
     return ValueCell(
         value_id=value_id,
         key=key,
@@ -451,8 +459,8 @@ def _make_cell(
         is_leaf=first.node is not None and first.node.is_leaf,
         carried=first.carried,
         home_modes=first.home,
-        enclosing_modes=tuple(enclosing),
-        divergent_modes=tuple(ix for ix in union if ix not in inter),
+        enclosing_modes=enclosing,
+        divergent_modes=divergent,
         first_use=first.point,
         last_use=max(r.consumer_point for r in (read or recs)),
         home_depth=_home_depth(first.home, first.ectx),
