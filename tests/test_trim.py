@@ -206,3 +206,37 @@ def test_fit_to_budget_keeps_the_heavy_products_whole_where_xla_measures_the_lig
     assert light in first.whole and len(first.whole) == 2  # and one heavy product
     assert second == replace(first, whole=first.whole - {light})
     assert prog.schedule.annotated.plan == second and verify.xla_bytes(prog) <= budget
+
+
+# one light product (25 accumulated elements) and ten heavy ones (50,000 each)
+TEN_HEAVY = "R{a1;i1} = x{a1;i1} y{;a3} u{a3}" + "".join(
+    f" + P{name}{{a1;a2}} Q{name}{{a2;i1}}" for name in "bcdefhklmn"
+)
+
+
+@pytest.mark.parametrize("bad_at", [0, 7])
+def test_with_room_the_heavy_products_go_whole_in_doubling_groups(monkeypatch, bad_at):
+    forest = sq.build_forest(sq.parse(TEN_HEAVY), sq.Spaces(i=20, a=100))
+    sf = schedule_forest(forest, BatchPlan.of({"a": {"batches": 25, "roles": "contracted"}}))
+    saved = trim.accumulated_elements(sf)
+    heavy = sorted((h for h in saved if saved[h] > 25), key=lambda h: (-saved[h], h))
+    assert len(heavy) == 10 and len(saved) == 11
+    bad = heavy[bad_at]  # every set with this product whole "needs" more than the budget
+    real, tried = trim.required_bytes, []
+
+    def required(trial):
+        whole = trial.annotated.plan.whole
+        tried.append(whole)
+        return 10**12 if bad in whole else real(trial)
+
+    monkeypatch.setattr(trim, "required_bytes", required)
+    trimmed = trim.trim_contracted_loops(forest, sf, 10**11, need=10**11)
+    # what one trial per heavy product keeps, in fewer trials: all of them together, the
+    # light one, then groups of 1, 2, 4 ... each one that does not fit again one by one
+    assert trimmed.whole == frozenset(saved) - {bad}
+    assert len(tried) == {0: 7, 7: 9}[bad_at] < 2 + len(heavy)
+    assert [len(w) for w in tried[:3]] == [11, 1, 2]
+    x = symmetric_random_inputs(forest, seed=5)
+    got = sq.compile(TEN_HEAVY, sq.Spaces(i=20, a=100), batch=trimmed)(x)
+    want = sq.compile(TEN_HEAVY, sq.Spaces(i=20, a=100))(x)
+    np.testing.assert_allclose(got["R"], want["R"], rtol=0, atol=1e-12)
