@@ -51,6 +51,7 @@ from .nodes import EvalNode, Forest, NodeKind
 __all__ = [
     "ValueSymmetry",
     "block_pair_products",
+    "free_pair_packs",
     "joint_swaps",
     "symmetric_random_inputs",
     "value_symmetries",
@@ -302,10 +303,28 @@ def _pairs_cut_together(node: EvalNode, syms: Mapping[str, frozenset[ValueSymmet
         if summed not in found[1] or len({ix.space for ix in summed}) != 1:
             continue
         for k, pair in ((0, free), (1, found[1][summed][0])):
-            other = set(operands[1 - k].indices)
-            if set(pair) <= out and not set(pair) & other and pair[0].space == pair[1].space:
+            if pair[0].space == pair[1].space and free_pair_packs(
+                pair, node.indices, operands[1 - k].indices
+            ):
                 return True
     return False
+
+
+def free_pair_packs(pair: Sequence[Index], out: Sequence[Index], other: Sequence[Index]) -> bool:
+    """Whether an operand's free pair, swapped with a summed pair, can be stored packed.
+
+    Both of its modes must be on the product's result ``out`` and neither on the other
+    operand ``other``: the product then holds the pair's two orders as one triangle.
+    :func:`block_pair_products` and :func:`~sq_jax.lower.block_pairs.plan_block_pairs`
+    (which also needs the pair's extents equal and neither mode cut by another loop)
+    share this condition.
+
+    Example:
+        >>> a1, a2, i1 = Index("a", 1), Index("a", 2), Index("i", 1)
+        >>> free_pair_packs((a1, a2), (a1, a2, i1), (i1,)), free_pair_packs((a1, a2), (a1,), ())
+        (True, False)
+    """
+    return set(pair) <= set(out) and not set(pair) & set(other)
 
 
 def symmetric_random_inputs(

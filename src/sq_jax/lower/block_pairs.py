@@ -58,7 +58,7 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
 from ..expr.nodes import Index
-from ..forest.symmetry import ValueSymmetry, joint_swaps
+from ..forest.symmetry import ValueSymmetry, free_pair_packs, joint_swaps
 from ..schedule.ir import LoopId
 from . import pairs as _pairs
 from .pairs import _unfold
@@ -206,11 +206,9 @@ def plan_block_pairs(
             return None  # a_dc is not a swap of a_cd with signs: nothing to pair
         (f1, f2), sign = found
         f1, f2 = sorted((f1, f2), key=list(labels[k]).index)
-        other = labels[1 - k]
         ok = (
             not {f1, f2} & fixed
-            and {f1, f2} <= set(out)
-            and not {f1, f2} & set(other)
+            and free_pair_packs((f1, f2), out, labels[1 - k])
             and extent[f1] == extent[f2] > 1
         )
         free.append((f1, f2) if ok else None)
