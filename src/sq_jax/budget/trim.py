@@ -167,9 +167,10 @@ def trim_contracted_loops(
             chosen.extend(light)
         # the heavy ones (the budget needs some) one by one; where the light group fitted
         # the budget has room and most of them fit too, so in groups that double after
-        # each fit (a group that does not fit is tried again one by one): spin-orbital
-        # CCSD at H2O/cc-pVDZ sizes, a quarter of the memory, kept the same 20 of 21 in
-        # 11 trials instead of 21
+        # each fit (after a group that does not fit, from one again): spin-orbital CCSD
+        # at H2O/cc-pVDZ sizes, a quarter of the memory, kept the same 20 of 21 in 20
+        # trials, 14 of them priced, instead of 23 and 21 (trials that add FLOPs, which
+        # no trial of all 45 products does, cut many groups short)
         heavy = [h for h in order if saved[h] * HEAVY >= total]
         k, step = 0, 1
         while k < len(heavy) and trials < MAX_TRIALS:
