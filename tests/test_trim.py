@@ -232,7 +232,7 @@ def test_with_room_the_heavy_products_go_whole_in_doubling_groups(monkeypatch, b
     monkeypatch.setattr(trim, "required_bytes", required)
     trimmed = trim.trim_contracted_loops(forest, sf, 10**11, need=10**11)
     # what one trial per heavy product keeps, in fewer trials: all of them together, the
-    # light one, then groups of 1, 2, 4 ... each one that does not fit again one by one
+    # light one, then groups of 1, 2, 4 ... (after a group that does not fit, from 1 again)
     assert trimmed.whole == frozenset(saved) - {bad}
     assert len(tried) == {0: 7, 7: 9}[bad_at] < 2 + len(heavy)
     assert [len(w) for w in tried[:3]] == [11, 1, 2]
