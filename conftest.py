@@ -7,6 +7,14 @@ generates machine code, not what a program computes: the HLO, its buffers (what
 ``memory_analysis`` reports) and the values are the same, and every check keeps its
 tolerance. Benchmarks (``bench/``) and users get XLA's default level.
 
+XLA's CPU fusion emitters are off for every compilation of the run
+(``--xla_cpu_use_fusion_emitters=false``). sq_jax compiles its own top-level programs
+that way for users too (``sq_jax/lower/aot.py``), so the XLA memory figures the tests
+check are the ones users get; the flag extends it to what JAX compiles without sq_jax's
+options (eager operations, programs traced inside ``jax.grad``), which then compile in
+about half the time, like sq_jax's programs (``tests/test_accumulate.py`` alone: 36 s
+instead of 58 s).
+
 One JAX compilation cache serves the whole run. Many tests compile the same program (the
 CCSD residual of H2O/6-31G, say) in separate ``sq.compile`` calls, on both pytest-xdist
 workers and in the subprocesses of the CLI, notebook and sharding tests, and each CLI
@@ -17,10 +25,10 @@ runs the executable XLA would have built. The directory is new for every run (ma
 the controller, removed at its end) and every compile is kept; a cache named by the
 user's ``JAX_COMPILATION_CACHE_DIR`` is used as it is.
 
-Both settings are environment variables (``XLA_FLAGS``, ``JAX_COMPILATION_CACHE_DIR``,
+The settings are environment variables (``XLA_FLAGS``, ``JAX_COMPILATION_CACHE_DIR``,
 read when JAX starts), so the processes a test starts (pytest-xdist workers, notebook
-kernels, the CLI, the sharding subprocess) inherit them. A level already in
-``XLA_FLAGS`` is kept.
+kernels, the CLI, the sharding subprocess) inherit them. A level or an emitter setting
+already in ``XLA_FLAGS`` is kept.
 """
 
 from __future__ import annotations
@@ -33,16 +41,20 @@ import tempfile
 import pytest
 
 _LEVEL = "--xla_backend_optimization_level"
+_EMITTERS = "--xla_cpu_use_fusion_emitters"
 _CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 _CACHE_KEY = pytest.StashKey[str]()
 _CACHE_WARNINGS = ("Error reading", "Error writing")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Compile at optimisation level 0 unless ``XLA_FLAGS`` names a level; one cache."""
+    """Level 0 and no CPU fusion emitters unless ``XLA_FLAGS`` says; one cache."""
     flags = os.environ.get("XLA_FLAGS", "")
     if _LEVEL not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} {_LEVEL}=0".strip()
+        flags = f"{flags} {_LEVEL}=0".strip()
+    if _EMITTERS not in flags:
+        flags = f"{flags} {_EMITTERS}=false"
+    os.environ["XLA_FLAGS"] = flags
     if hasattr(config, "workerinput") or os.environ.get(_CACHE_ENV):
         return  # a worker (the controller's environment names the cache) or the user's
     path = tempfile.mkdtemp(prefix="sq_jax_tests_xla_cache_")
