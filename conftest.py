@@ -8,7 +8,8 @@ generates machine code, not what a program computes: the HLO, its buffers (what
 tolerance. Benchmarks (``bench/``) and users get XLA's default level.
 
 XLA's CPU fusion emitters are off for every compilation of the run
-(``--xla_cpu_use_fusion_emitters=false``). sq_jax compiles its own top-level programs
+(``--xla_cpu_use_fusion_emitters=false``, where the installed XLA knows the flag).
+sq_jax compiles its own top-level programs
 that way for users too (``sq_jax/lower/aot.py``), so the XLA memory figures the tests
 check are the ones users get; the flag extends it to what JAX compiles without sq_jax's
 options (eager operations, programs traced inside ``jax.grad``), which then compile in
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -47,15 +49,28 @@ _CACHE_KEY = pytest.StashKey[str]()
 _CACHE_WARNINGS = ("Error reading", "Error writing")
 
 
+def _xla_knows(flag: str) -> bool:
+    """Whether the installed XLA accepts ``flag`` in ``XLA_FLAGS``.
+
+    Asked of a new process: XLA aborts the process that names a flag it does not know,
+    and flags come and go between releases (XLA plans to retire the older emitters).
+    """
+    env = {**os.environ, "XLA_FLAGS": flag, "JAX_PLATFORMS": "cpu"}
+    code = "import jax.numpy as jnp; jnp.zeros(1).block_until_ready()"
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=False)
+    return run.returncode == 0
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Level 0 and no CPU fusion emitters unless ``XLA_FLAGS`` says; one cache."""
     flags = os.environ.get("XLA_FLAGS", "")
     if _LEVEL not in flags:
         flags = f"{flags} {_LEVEL}=0".strip()
-    if _EMITTERS not in flags:
+    worker = hasattr(config, "workerinput")  # it inherits the controller's choice
+    if not worker and _EMITTERS not in flags and _xla_knows(f"{_EMITTERS}=false"):
         flags = f"{flags} {_EMITTERS}=false"
     os.environ["XLA_FLAGS"] = flags
-    if hasattr(config, "workerinput") or os.environ.get(_CACHE_ENV):
+    if worker or os.environ.get(_CACHE_ENV):
         return  # a worker (the controller's environment names the cache) or the user's
     path = tempfile.mkdtemp(prefix="sq_jax_tests_xla_cache_")
     config.stash[_CACHE_KEY] = path

@@ -25,17 +25,29 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
 
-__all__ = ["AotJit", "compiler_options"]
+__all__ = ["CPU_OPTIONS", "AotJit", "compiler_options"]
+
+
+CPU_OPTIONS: dict[str, str | bool] = {
+    "xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED",
+    "xla_cpu_use_fusion_emitters": False,
+}
+"""The XLA options sq_jax asks for on CPU (those the installed XLA knows are used)."""
 
 
 def compiler_options() -> dict[str, str | bool] | None:
     """XLA options for sq_jax programs on the default backend (``None``: none).
+
+    On CPU, the options of :data:`CPU_OPTIONS` that the installed XLA accepts: XLA
+    refuses a compilation that names an option it does not know, and options come and
+    go between releases (XLA plans to retire the emitters the second one selects).
 
     Example:
         >>> for name, value in compiler_options().items():  # on CPU
@@ -45,10 +57,23 @@ def compiler_options() -> dict[str, str | bool] | None:
     """
     if jax.default_backend() != "cpu":
         return None
-    return {
-        "xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED",
-        "xla_cpu_use_fusion_emitters": False,
-    }
+    return _accepted_cpu_options()
+
+
+@functools.cache
+def _accepted_cpu_options() -> dict[str, str | bool]:
+    """:data:`CPU_OPTIONS` less those XLA refuses, tried once each on a tiny program."""
+    probe = jax.jit(lambda x: x + 1).lower(1.0)
+    accepted = {}
+    for name, value in CPU_OPTIONS.items():
+        try:
+            probe.compile({name: value})
+        except jax.errors.JaxRuntimeError as err:
+            if "No such compile option" not in str(err):
+                raise
+            continue  # this XLA does not know the option: compile without it
+        accepted[name] = value
+    return accepted
 
 
 def _signature(leaf: Any) -> tuple:
