@@ -9,12 +9,11 @@ tolerance. Benchmarks (``bench/``) and users get XLA's default level.
 
 XLA's CPU fusion emitters are off for every compilation of the run
 (``--xla_cpu_use_fusion_emitters=false``, where the installed XLA knows the flag).
-sq_jax compiles its own top-level programs
-that way for users too (``sq_jax/lower/aot.py``), so the XLA memory figures the tests
-check are the ones users get; the flag extends it to what JAX compiles without sq_jax's
-options (eager operations, programs traced inside ``jax.grad``), which then compile in
-about half the time, like sq_jax's programs (``tests/test_accumulate.py`` alone: 36 s
-instead of 58 s).
+sq_jax compiles its own top-level programs that way for users too
+(``sq_jax/lower/aot.py``), so the XLA memory figures the tests check are the ones users
+get; the flag extends it to what JAX compiles without sq_jax's options (eager
+operations, programs traced inside ``jax.grad``). ``tests/test_accumulate.py`` alone
+took 36 s instead of 58 s, the whole suite 528 s instead of 672-943 s.
 
 One JAX compilation cache serves the whole run. Many tests compile the same program (the
 CCSD residual of H2O/6-31G, say) in separate ``sq.compile`` calls, on both pytest-xdist

@@ -5,12 +5,11 @@ On CPU, XLA's default instruction scheduler favours concurrency: it prepares ope
 up to 1.6x the memory of the schedule's order on batched CCSD, at no gain in speed. The
 memory-minimising scheduler keeps XLA close to :mod:`sq_jax.lower.memory`'s model.
 XLA's newer CPU fusion emitters are turned off: sq_jax programs are many small fusions
-(slices, transposes, adds around the products), and with the older emitters XLA compiled
-them in about half the time (spin-orbital CCSD, H2O/cc-pVDZ sizes, unbatched: 1.0 s
-instead of 1.8 s; four CCSD programs at optimisation level 0: 3.7 s instead of 6.4 s)
-at the same run time (closed-shell CCSD at benzene/cc-pVDZ sizes, unbatched and at a
-quarter and an eighth of its memory, within the machine's noise) and the same buffers
-in 52 of 53 programs of the tests (the other: 9% less temporary memory).
+(slices, transposes, adds around the products), which the older emitters compile faster
+(W3's CCSD programs, ``bench/bench_xla_options.py``: unbatched 1.4-1.7x, at a quarter
+of the memory 1.2-1.5x, at an eighth 0.8-1.1x) at the same run time within the
+machine's noise and with the same buffers (52 of the 53 programs whose memory the tests
+read; the other held 9% less).
 XLA options can only be given to a top-level compilation (not to a ``jax.jit`` nested
 in another), so :class:`AotJit` compiles ``jax.jit(fn)`` ahead of time with them when
 called with concrete arrays, once per argument signature, and calls the plain
