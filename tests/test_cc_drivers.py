@@ -1,12 +1,15 @@
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from sq_jax import ConvergenceError, InputError, cc
+from sq_jax.budget import xla_bytes
 from sq_jax.cc import drivers
 from sq_jax.cc.integrals import default_reference, default_system
+from sq_jax.lower.aot import AotJit
 from tests.helpers import cc_oracle as oracle
 
 
@@ -39,6 +42,29 @@ def test_batched_ccsd_equals_unbatched(unbatched):
         atol=1e-8,
     )
     assert run.residual_program.peak_bytes < unbatched.residual_program.peak_bytes
+
+
+def test_a_budgeted_solve_runs_the_program_xla_measured(unbatched, monkeypatch):
+    """Under ``memory_budget`` the iterations call the residual program's executable that
+    ``fit_to_budget`` compiled to measure XLA's memory, on the integrals cut into its
+    blocks once: not traced into the solver's own jit (compiled again, packed anew)."""
+    calls = []
+    call = AotJit.__call__
+
+    def spy(self, *args):
+        calls.append((self, any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args))))
+        return call(self, *args)
+
+    monkeypatch.setattr(AotJit, "__call__", spy)
+    budget = xla_bytes(unbatched.residual_program) // 2
+    run = cc.ccsd(memory_budget=budget)
+    prog = run.residual_program
+    assert str(prog.schedule.annotated.plan) != "BatchPlan()"  # batched, to fit
+    traced = [t for aot, t in calls if aot is prog.aot]
+    assert len(traced) >= run.result.iterations and not any(traced)
+    assert len(prog.aot._executables) == 1  # the measured one: the same input blocks
+    assert xla_bytes(prog) <= budget
+    assert run.result.converged and abs(run.e_corr - unbatched.e_corr) < 1e-10
 
 
 def test_newton_krylov_converges(ref):
