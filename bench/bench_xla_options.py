@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--value", default="true", help="the changed value (true/false/text)")
     parser.add_argument("--budgets", default="4,8", help="fractions of the unbatched memory")
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--run", action="store_true", help="also time one call of each")
+    parser.add_argument("--run", action="store_true", help="also time the calls of both")
     args = parser.parse_args()
     ours = compiler_options() or {}
     changed = {**ours, args.option: _value(args.value)}

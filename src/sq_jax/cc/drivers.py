@@ -465,8 +465,7 @@ def _solve(
     t0 = {k: jnp.asarray(start[k]) for k in compiled.keys}
     dens = {k: denominators[k] for k in compiled.keys}
     label, verbose, options = settings.method.upper(), settings.verbose, settings.solver_options
-    budgeted = settings.memory_budget is not None
-    if settings.solver == "diis" and budgeted and "jit" not in options:
+    if settings.solver == "diis" and settings.memory_budget is not None and "jit" not in options:
         # the iterations call the residual program as compiled for the budget (its XLA
         # memory measured, its executable kept) instead of tracing it into the solver's
         # own jit, which compiled it a second time and packed its buffers anew. H2O/
