@@ -118,8 +118,10 @@ def test_whole_inputs_transposed_inside_a_loop_are_not_hoisted(sums):
     )
     # fused: the antisymmetrizer's chain of sums (one per Y, each after its loop; XLA
     # keeps that order) measured 0.91x, the model missing about half an o²v² buffer at
-    # the chain; sequenced: 1.0x
-    low = 0.90 if sums == "fused" else 0.94
+    # the chain; sequenced: 1.0x while the last loop stacked its Y whole (the binding
+    # point), 0.86x since it adds Y into R2 (lower/adds.py: the model drops one o²v²
+    # buffer there, XLA's figure only 0.3 of one: XLA's peak is elsewhere)
+    low = 0.90 if sums == "fused" else 0.85
     assert low <= prog.memory_bytes / _xla_bytes(prog) <= 1.06
     model = memory_model(prog.lowered)
     hoisted = {name for point in model.points for name, _ in point if "made before loop" in name}

@@ -36,6 +36,8 @@ def _describe(sf: ScheduledForest, value_id: int) -> str:
         if v == value_id:
             modes = ",".join(map(str, root.indices))
             return f"the result `{root.name}[{modes}]`"
+    if value_id >= len(sf.rich.cells):  # made by the lowering: a part of a chained sum
+        return f"a partial sum (v{value_id}) of a sum run in parts"
     node = sf.rich.cells[value_id].node
     if node is None:
         return f"value v{value_id}"

@@ -55,6 +55,7 @@ __all__ = [
     "reads_of",
     "sequence_program",
     "sequence_sums",
+    "starts_sum",
 ]
 
 MIN_TERMS = 3
@@ -81,6 +82,7 @@ def produced(ins: Instr) -> tuple[int, ...]:
             *(v for v, _ in ins.sums),
             *(v for v, _, _ in ins.scatters),
             *(v for v, _ in ins.carries),
+            *(add.value_id for add in ins.adds),
         )
     return (ins.value_id,)
 
@@ -102,7 +104,8 @@ def reads_of(ins: Instr) -> set[int]:
     if isinstance(ins, Loop):
         known = ins.derived.get("reads_of")
         if known is None:
-            known = ins.derived["reads_of"] = frozenset(_body_reads(ins.body))
+            starts = {add.start for add in ins.adds if add.start is not None}
+            known = ins.derived["reads_of"] = frozenset(_body_reads(ins.body) | starts)
         return known  # type: ignore[return-value]
     if isinstance(ins, Accumulate):
         out: set[int] = set()
@@ -392,3 +395,24 @@ def sequence_program(lowered: LoweredProgram, permuted: bool = False) -> Lowered
     """
     keep = {r.read.value_id for r in lowered.results if _computed(r.read)}
     return replace(lowered, body=sequence_sums(lowered.body, keep, permuted))
+
+
+def starts_sum(term: Term) -> bool:
+    """Whether a sequenced sum starts from this (first) term's value instead of zeros.
+
+    A value read as is (a previous part of a chain, :mod:`..adds`): its buffer becomes
+    the accumulator, so it is not alive beside it through the sum.
+
+    Example:
+        >>> starts_sum(Term((), Read(3), (0, 1), 1.0)), starts_sum(Term((), Read(3), (1, 0), 1.0))
+        (True, False)
+    """
+    read = term.read
+    return (
+        not term.body
+        and read.input_key is None
+        and read.scalar is None
+        and not read.slices
+        and term.coef == 1.0
+        and term.perm == tuple(range(len(term.perm)))
+    )

@@ -32,11 +32,11 @@ from jax.custom_derivatives import SymbolicZero
 from ..forest.denominators import build_denominator, denominator_slots, energy_key
 from ..forest.reference import scalar_value
 from ..schedule.ir import LoopId
-from .accumulate import produced
+from .accumulate import produced, starts_sum
 from .block_pairs import block_pair_product
 from .copies import copy_of
 from .gemm import GemmPlan
-from .ir import Accumulate, Combine, Contract, Instr, Loop, Read, Term, walk
+from .ir import Accumulate, Combine, Contract, Instr, Loop, LoopAdd, Read, Term, walk
 from .pairs import contract_pairs
 from .sums import ProductGroup, SumCut, plan_sums
 
@@ -306,6 +306,8 @@ def outside_reads(body: Sequence[Instr]) -> tuple[Read, ...]:
             reads: tuple[Read, ...] = (ins.read,)
         elif isinstance(ins, (Contract, Combine)):
             reads = ins.operands
+        elif isinstance(ins, Loop):
+            reads = tuple(Read(add.start) for add in ins.adds if add.start is not None)
         else:
             continue
         for r in reads:
@@ -512,6 +514,10 @@ def _accumulate(ins: Accumulate, env: Mapping[int, Any], ctx: Ctx, run: RunSetti
     """
     if all(not t.body for t in ins.terms):
         return _read_only_sum(ins, env, ctx, run)
+    first, terms = ins.terms[0], ins.terms
+    start = None
+    if starts_sum(first):  # a previous part of a chain: the accumulator starts as it
+        start, terms = run.read(first.read, env, ctx, run.blocks, run.dtype), terms[1:]
 
     def branch(term: Term) -> Callable[[Any], Any]:
         def add(acc: Any) -> Any:
@@ -523,8 +529,11 @@ def _accumulate(ins: Accumulate, env: Mapping[int, Any], ctx: Ctx, run: RunSetti
 
         return add
 
-    branches = [branch(t) for t in ins.terms]
-    (acc,) = dependent_zeros([block_shape(ins.dims, ctx)], _nest_reads((ins,)), env, ctx, run)
+    branches = [branch(t) for t in terms]
+    if start is not None:
+        acc = start
+    else:
+        (acc,) = dependent_zeros([block_shape(ins.dims, ctx)], _nest_reads((ins,)), env, ctx, run)
     if run.vary is not None:
         acc = run.vary(acc)
     return lax.fori_loop(0, len(branches), lambda k, a: lax.switch(k, branches, a), acc)
@@ -624,12 +633,16 @@ def run_loop(loop: Loop, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> 
     Equivalent to::
 
         acc = {v: 0 for v in sums}; pieces = {v: [] for v in scatters}
+        added = {add: env[add.start] if add.start else 0 for add in adds}
         for start in range(0, extent, block):
             size = min(block, extent - start)
             local = run(body, batch=(start, size))      # operands cut on use
             for v in sums: acc[v] += local[v]
             for v, p in scatters: pieces[v].append(local[v])
-        return acc | {v: concatenate(pieces[v], axis=p) for v, p in scatters}
+            for add in adds:                            # at each permuted place
+                for perm, c in add.parts:
+                    added[add][slab(perm, start, size)] += c * transpose(local[add.piece], perm)
+        return acc | {v: concatenate(pieces[v], axis=p) for v, p in scatters} | added
 
     Batches run in one ``lax.fori_loop`` (``lax.scan`` when there are scatters). When
     ``block`` does not divide ``extent``, either the smaller last batch is a second trace
@@ -654,10 +667,12 @@ def run_loop(loop: Loop, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> 
     sums = [v for v, _ in loop.sums]
     scatters = [(v, p) for v, p, _ in loop.scatters]
     carries = [v for v, _ in loop.carries]
-    keep = {*sums, *carries, *(v for v, _ in scatters)}
+    keep = {*sums, *carries, *(v for v, _ in scatters), *(add.piece for add in loop.adds)}
     block, extent = loop.block, loop.extent
 
-    def batch(start: Any, valid_from: Any, size: int) -> tuple[tuple[Any, ...], ...]:
+    def batch(
+        start: Any, valid_from: Any, size: int, added: tuple[Any, ...] = ()
+    ) -> tuple[tuple[Any, ...], ...]:
         local = dict(env)
         inner = {**ctx, loop.loop: (start, size, valid_from)}
         run_body(loop.body, local, inner, run, keep)
@@ -665,6 +680,10 @@ def run_loop(loop: Loop, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> 
             tuple(local[v] for v in sums),
             tuple(local[v] for v in carries),
             tuple(local[v] for v, _ in scatters),
+            tuple(
+                _add_piece(add, acc, local[add.piece], start, valid_from)
+                for add, acc in zip(loop.adds, added, strict=True)
+            ),
         )
         return outs if run.vary is None else jax.tree.map(run.vary, outs)
 
@@ -680,38 +699,49 @@ def run_loop(loop: Loop, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> 
     overlap = loop.remainder > 0 and not loop.peel
     n = loop.num_batches if overlap else loop.full_batches
 
-    def at(k: Any) -> tuple[tuple[Any, ...], ...]:
+    def at(k: Any, added: tuple[Any, ...]) -> tuple[tuple[Any, ...], ...]:
         if not overlap:
-            return checked(k * block, None, block)
+            return checked(k * block, None, block, added)
         start = jnp.minimum(k * block, extent - block)
-        return checked(start, k * block - start, block)
+        return checked(start, k * block - start, block, added)
 
     full_ctx = {**ctx, loop.loop: (0, block, None)}
     shapes = [block_shape(d, full_ctx) for _, d in (*loop.sums, *loop.carries)]
-    zeros = dependent_zeros(shapes, _nest_reads(loop.body, loop.derived), env, ctx, run)
+    fresh = [block_shape(add.dims, ctx) for add in loop.adds if add.start is None]
+    zeros = dependent_zeros(shapes + fresh, _nest_reads(loop.body, loop.derived), env, ctx, run)
     after = run.after  # start after the loop before (:func:`loop_done`)
     if after is not None:
         zeros = [z + after.astype(z.dtype) for z in zeros]
         run = dataclasses.replace(run, after=None)  # the batches' own loops: free
-    init = (tuple(zeros[: len(loop.sums)]), tuple(zeros[len(loop.sums) :]))
+    # a sum the loop adds into starts from its start value (its buffer) or from zeros
+    new = iter(zeros[len(shapes) :])
+    zeros = zeros[: len(shapes)] + [
+        next(new) if add.start is None else env[add.start] for add in loop.adds
+    ]
+    init = (
+        tuple(zeros[: len(loop.sums)]),
+        tuple(zeros[len(loop.sums) : len(shapes)]),
+        tuple(zeros[len(shapes) :]),
+    )
     if run.vary is not None:
         init = jax.tree.map(run.vary, init)
     if not scatters:
 
         def fori_body(k: Any, carry: Any) -> Any:
-            part, cross, _ = at(k)
-            return (tuple(a + b for a, b in zip(carry[0], part, strict=True)), cross)
+            part, cross, _, added = at(k, carry[2])
+            return (tuple(a + b for a, b in zip(carry[0], part, strict=True)), cross, added)
 
-        acc, cross = lax.fori_loop(0, n, fori_body, init)
+        acc, cross, added = lax.fori_loop(0, n, fori_body, init)
         stacked: tuple[Any, ...] = ()
     else:
 
         def scan_body(carry: Any, k: Any) -> Any:
-            part, cross, pieces = at(k)
-            return (tuple(a + b for a, b in zip(carry[0], part, strict=True)), cross), pieces
+            part, cross, pieces, added = at(k, carry[2])
+            summed = tuple(a + b for a, b in zip(carry[0], part, strict=True))
+            return (summed, cross, added), pieces
 
         ks = jnp.arange(n) if after is None else jnp.arange(n) + after
-        (acc, cross), stacked = lax.scan(scan_body, init, ks)
+        (acc, cross, added), stacked = lax.scan(scan_body, init, ks)
     if overlap:
         drop = block - loop.remainder
         full = [
@@ -723,7 +753,7 @@ def run_loop(loop: Loop, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> 
     else:
         full = [merge_batches(y, p) for y, (_, p) in zip(stacked, scatters, strict=True)]
     if loop.peel:
-        part, cross, pieces = peeled(n * block, None, loop.remainder)
+        part, cross, pieces, added = peeled(n * block, None, loop.remainder, added)
         acc = tuple(a + b for a, b in zip(acc, part, strict=True))
         full = [
             jnp.concatenate([f, x], axis=p)
@@ -732,7 +762,24 @@ def run_loop(loop: Loop, env: Mapping[int, Any], ctx: Ctx, run: RunSettings) -> 
     out = dict(zip(sums, acc, strict=True))
     out.update(zip(carries, cross, strict=True))
     out.update((v, f) for (v, _), f in zip(scatters, full, strict=True))
+    out.update((add.value_id, x) for add, x in zip(loop.adds, added, strict=True))
     return out
+
+
+def _add_piece(add: LoopAdd, acc: Any, piece: Any, start: Any, valid_from: Any) -> Any:
+    """``acc`` with one batch's ``piece`` added at each of its places (:class:`LoopAdd`).
+
+    In an overlapping last batch, the elements an earlier batch added are zeroed first.
+    """
+    if valid_from is not None:
+        piece = _mask(piece, add.position, piece.shape[add.position], valid_from)
+    for perm, coef in add.parts:
+        x = piece if perm == tuple(range(len(perm))) else jnp.transpose(piece, perm)
+        starts: list[Any] = [0] * x.ndim
+        starts[perm.index(add.position)] = start
+        here = lax.dynamic_slice(acc, starts, x.shape, allow_negative_indices=False)
+        acc = lax.dynamic_update_slice(acc, plus(here, scaled(coef, x)), starts)
+    return acc
 
 
 def _run_block_pairs(

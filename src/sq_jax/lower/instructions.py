@@ -49,6 +49,7 @@ from ..schedule.ir import BuildStep, LoopId, OutputKind, ScopeBlock
 from ..schedule.rich import OccurrenceRec
 from ..schedule.wellformed import crossings
 from .accumulate import sequence_program
+from .adds import fold_adds
 from .block_pairs import plan_block_pairs
 from .copies import hoist_input_copies, store_for_loop_readers
 from .gemm import GemmPlan, plan_gemm
@@ -496,7 +497,9 @@ def _block_at(root: ScopeBlock, path: tuple[int, ...]) -> ScopeBlock:
     return root
 
 
-def lower_schedule(sf: ScheduledForest, *, sequence: bool = True) -> LoweredProgram:
+def lower_schedule(
+    sf: ScheduledForest, *, sequence: bool = True, adds: bool = True
+) -> LoweredProgram:
     """Lower a scheduled forest to its instruction tree (module docstring).
 
     Args:
@@ -504,6 +507,9 @@ def lower_schedule(sf: ScheduledForest, *, sequence: bool = True) -> LoweredProg
         sequence: run the sums as the plan says (:func:`sequence_sums_of`); ``False``
             leaves every sum a chain of adds (the budget search sequences one lowering
             for both of a configuration's sum variants).
+        adds: with ``sequence``, build a permuted sum of a loop's pieces inside that
+            loop (:mod:`sq_jax.lower.adds`); ``False`` stacks the pieces whole first
+            (what remat's backward pass and sharded loops run).
 
     Returns:
         The instruction tree; :func:`sq_jax.lower.interpret.run_lowered` runs it.
@@ -556,11 +562,14 @@ def lower_schedule(sf: ScheduledForest, *, sequence: bool = True) -> LoweredProg
         lowered = hoist_input_copies(lowered)
     if syms is not None:  # after the copies: the marked product's layouts are final
         lowered = replace(lowered, body=walk.mark_block_pairs(lowered.body))
-    return sequence_sums_of(lowered, sf.annotated.plan.sums) if sequence else lowered
+    return sequence_sums_of(lowered, sf.annotated.plan.sums, adds=adds) if sequence else lowered
 
 
-def sequence_sums_of(lowered: LoweredProgram, sums: str) -> LoweredProgram:
+def sequence_sums_of(lowered: LoweredProgram, sums: str, *, adds: bool = True) -> LoweredProgram:
     """``lowered`` (its sums chains of adds) with its sums run as ``sums`` says.
+
+    With ``adds``, a sequenced sum over a loop's stacked pieces is then built inside
+    that loop (:func:`~sq_jax.lower.adds.fold_adds`).
 
     ``"sequenced"``: every long sum term by term (:func:`sequence_program`).
     ``"fused"``: only a sum that reads one value under several layouts
@@ -585,4 +594,5 @@ def sequence_sums_of(lowered: LoweredProgram, sums: str) -> LoweredProgram:
         >>> sequenced("fused"), sequenced("sequenced")
         (2, 3)
     """
-    return sequence_program(lowered, permuted=sums != "sequenced")
+    sequenced = sequence_program(lowered, permuted=sums != "sequenced")
+    return fold_adds(sequenced) if adds else sequenced

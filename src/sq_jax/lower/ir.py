@@ -7,7 +7,8 @@
 * :class:`Combine` — a SUM value: ``c0 * a + c1 * b`` (operands permuted to its modes);
 * :class:`Loop` — one scope block: its body, and how each escaping value leaves it
   (``sums``: accumulated partial sums; ``scatters``: per-batch pieces stacked along a
-  mode; ``carries``: values invariant to the loop that later steps read).
+  mode; ``carries``: values invariant to the loop that later steps read; ``adds``:
+  per-batch pieces added into a sum at each of their permuted places, :class:`LoopAdd`).
 
 Every operand is a :class:`Read`: a computed value or an input, and the list of
 ``(position, loop)`` along which it is cut to the current batch on use.
@@ -39,6 +40,7 @@ __all__ = [
     "Instr",
     "Layout",
     "Loop",
+    "LoopAdd",
     "LoweredProgram",
     "Read",
     "Result",
@@ -170,6 +172,40 @@ class Combine:
 
 
 @dataclass(frozen=True, slots=True)
+class LoopAdd:
+    """A sum a loop builds from its pieces: ``acc = start + Σ_π c_π π(piece)``, batch by batch.
+
+    Each batch adds ``coef * transpose(piece, perm)`` into the slab of the accumulator
+    where the piece's cut mode lands (mode ``perm.index(position)``): ``Σ_π ±π(Y)``
+    (an antisymmetrizer) without ``Y`` stacked whole (:mod:`sq_jax.lower.adds`).
+
+    Example:
+        >>> print(LoopAdd(9, ((4, None), (4, None)), 5, 0, (((0, 1), 1.0), ((1, 0), -1.0)), 7))
+        v9 = v7 + 1*v5 - 1*v5.P(1, 0)
+    """
+
+    value_id: int
+    """The sum the loop leaves (its accumulator)."""
+    dims: tuple[tuple[int, LoopId | None], ...]
+    """The sum's layout (per stored axis: extent and slicing loop; never this loop)."""
+    piece: int
+    """The value the loop's body makes per batch (cut by the loop at ``position``)."""
+    position: int
+    """The stored axis of ``piece`` that the loop cuts."""
+    parts: tuple[tuple[tuple[int, ...], float], ...]
+    """``(perm, coef)`` per place: ``coef * transpose(piece, perm)`` is added."""
+    start: int | None = None
+    """The value the accumulator starts from (its buffer is taken over), else zeros."""
+
+    def __str__(self) -> str:
+        out = f"v{self.value_id} = " + ("0" if self.start is None else f"v{self.start}")
+        for perm, coef in self.parts:
+            moved = "" if perm == tuple(range(len(perm))) else f".P{perm}"
+            out += f" {'-' if coef < 0 else '+'} {abs(coef):g}*v{self.piece}{moved}"
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class Loop:
     """One scope block: a loop over the batches of one loop instance."""
 
@@ -190,6 +226,8 @@ class Loop:
     """``(value, position, layout)`` of each ``Scatter`` output: pieces are stacked."""
     carries: tuple[tuple[int, tuple[tuple[int, LoopId | None], ...]], ...] = ()
     """``(value, layout)`` of values produced inside, invariant to the loop, read after."""
+    adds: tuple[LoopAdd, ...] = ()
+    """Sums built from pieces the body makes, added in at their permuted places."""
     copies: tuple[tuple[str, tuple[int, ...]], ...] = ()
     """``(input key, transpose)`` of the transposed copies of whole inputs made once
     before the first batch, for the products inside that read them
@@ -278,6 +316,8 @@ class Loop:
             tail.append("scatters " + ",".join(f"v{v}@{p}" for v, p, _ in self.scatters))
         if self.carries:
             tail.append("carries " + ",".join(f"v{v}" for v, _ in self.carries))
+        if self.adds:
+            tail.append("adds " + ", ".join(map(str, self.adds)))
         if tail:
             out[-1] += "... " + "; ".join(tail)
         return out

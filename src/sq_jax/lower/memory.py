@@ -73,9 +73,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..schedule.ir import LoopId
-from .accumulate import reads_of
+from .accumulate import reads_of, starts_sum
 from .copies import whole_input_copies
-from .ir import Accumulate, Combine, Contract, Instr, Loop, LoweredProgram, Read
+from .ir import Accumulate, Combine, Contract, Instr, Loop, LoopAdd, LoweredProgram, Read
 from .pairs import packed_share
 from .sums import ProductGroup, SumCut, plan_sums
 
@@ -197,7 +197,7 @@ def _reads(ins: Instr) -> set[int]:
     if isinstance(ins, Loop):
         known = ins.derived.get("reads")
         if known is None:
-            out: set[int] = set()
+            out = {add.start for add in ins.adds if add.start is not None}
             for sub in ins.body:
                 out |= _reads(sub)
             known = ins.derived["reads"] = frozenset(out)
@@ -486,8 +486,22 @@ class _Walker:
                 *(item for first, last, item in zeros if first <= now < last),
             ]
             if isinstance(ins, Loop):
+                # a sum the loop adds into takes over its start value's buffer
+                taken = {add.start for add in ins.adds} & {
+                    v for v in live if last.get(v, -1) <= k and v not in keep
+                }
+                here = [item for item in here if all(item is not live[v] for v in taken)]
+                for v in taken:
+                    del live[v]
                 live.update(self.loop(ins, here, done, held))
             elif isinstance(ins, Accumulate):
+                start = ins.terms[0].read if starts_sum(ins.terms[0]) else None
+                v = -1 if start is None else start.value_id
+                rest = Accumulate(ins.value_id, ins.terms[1:], ins.dims)
+                if v in live and last.get(v, -1) <= k and v not in keep | reads_of(rest):
+                    # the sum starts as its first term's value, in its buffer
+                    here = [item for item in here if item is not live[v]]
+                    del live[v]
                 live[ins.value_id] = self.accumulate(ins, here, done, held)
             elif k in fused or k in plan.skip or k in placed.unmade:
                 live[ins.value_id] = (f"v{ins.value_id}", Counter())  # never materialised
@@ -578,9 +592,17 @@ class _Walker:
             outputs[v] = (f"v{v} (summed over {name})", _size(dims))
         for v, dims in lp.carries:
             outputs[v] = (f"v{v} (carried out of {name})", _unless_held(v, held, _size(dims)))
+        for add in lp.adds:
+            v = add.value_id
+            outputs[v] = (f"v{v} (added into by {name})", _unless_held(v, held, _size(add.dims)))
         inner = [*here, *((n, c) for n, (_, c) in hoisted.items())]
         inner.append((f"state of {name}", Counter({((), None): LOOP_STATE})))
         after: list[_Item] = []
+        for add in lp.adds if not lp.holds_loops else ():
+            # the smaller last batch's piece, run after the loop (peeled): XLA makes it
+            # whenever it likes, alive beside the sum
+            piece = _when_uneven(_size(_piece_dims(add, lp.loop)), space)
+            inner.append((f"v{add.piece} (last batch of {name})", piece))
         for v, p, dims in lp.scatters:
             whole = _size((e, None if at == lp.loop else at) for e, at in dims)
             outputs[v] = (f"v{v} (stacked batches of {name})", _unless_held(v, held, whole))
@@ -602,6 +624,7 @@ class _Walker:
             else:
                 after.append((f"v{v} (moved into place after {name})", moved))
         keep = {v for v, _ in (*lp.sums, *lp.carries)} | {v for v, _, _ in lp.scatters}
+        keep |= {add.piece for add in lp.adds}
         inner.extend(item for v, item in outputs.items() if v not in {w for w, _, _ in lp.scatters})
         made = done | frozenset(key for key, _ in hoisted.values())
         nest = lp.block_pair_nest
@@ -617,6 +640,7 @@ class _Walker:
         # inside the loop a scattered value is one batch's piece and a summed one a
         # partial sum, made apart from the enclosing loops' buffers
         apart = {v for v, _, _ in lp.scatters} | {v for v, _ in lp.sums}
+        apart |= {add.piece for add in lp.adds}
         inside = (held - apart) | {v for v, _ in lp.carries}
         results, self.results = self.results, frozenset()  # inside, pieces of a batch
         self.body(lp.body, inner, keep, made, inside)
@@ -630,6 +654,21 @@ class _Walker:
                 what, size = outputs[v]
                 outputs[v] = (what, size + _when_uneven(_size(dims), space))
         return outputs
+
+
+def _piece_dims(add: LoopAdd, loop: LoopId) -> tuple[tuple[int, LoopId | None], ...]:
+    """The layout of one batch's piece that ``add`` adds (cut by ``loop``).
+
+    Example:
+        >>> add = LoopAdd(9, ((4, None), (3, None)), 5, 1, (((1, 0), 1.0),))
+        >>> _piece_dims(add, ("a", 0))
+        ((3, None), (4, ('a', 0)))
+    """
+    perm = add.parts[0][0]
+    dims: list[tuple[int, LoopId | None]] = [(0, None)] * len(perm)
+    for m, (extent, at) in enumerate(add.dims):
+        dims[perm[m]] = (extent, loop if perm[m] == add.position else at)
+    return tuple(dims)
 
 
 def _unless_held(value: int, held: frozenset[int], size: Counter) -> Counter:

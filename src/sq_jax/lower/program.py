@@ -400,6 +400,11 @@ def make_program(
         >>> float(prog({"f{i;i}": np.eye(3)})["E"])
         3.0
     """
+    if (remat or shard is not None) and any(lp.adds for lp in lowered.loops()):
+        from .instructions import lower_schedule  # (it imports this module)
+
+        # remat's backward pass and the loops split over devices stack pieces whole
+        lowered = lower_schedule(sf, adds=False)
     run = partial(_evaluate, lowered, sf.annotated.forest, remat)
     if shard is None:
         fn, per_device = AotJit(run), sf.peak.peak_bytes
