@@ -4,6 +4,8 @@ Every check compares against the unbatched program (an independent lowering: no 
 no adds) or against the same schedule lowered with the pieces stacked whole.
 """
 
+from dataclasses import replace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,7 +16,7 @@ from sq_jax.cc.equations import load_equations
 from sq_jax.lower.accumulate import produced, starts_sum
 from sq_jax.lower.adds import fold_adds
 from sq_jax.lower.instructions import lower_schedule
-from sq_jax.lower.ir import Accumulate
+from sq_jax.lower.ir import Accumulate, Contract, LoweredProgram, Read, Result, Term, walk
 from sq_jax.lower.memory import memory_model
 from sq_jax.lower.program import make_program
 from sq_jax.plan import BatchPlan
@@ -144,23 +146,48 @@ def test_remat_runs_the_stacked_lowering():
 
 
 def test_a_chain_part_starts_the_next_sum():
-    # the sum after a folded loop starts from the loop's sum (its buffer) instead of
-    # zeros: the model lets the part die there
-    text, spaces = load_equations("ccsd_cs"), sq.Spaces(i=3, a=7)
-    prog = sq.compile(text, spaces, pair_symmetry=True, batch=PLANS["plain"])
-    sums = {add.value_id for lp in prog.lowered.loops() for add in lp.adds}
-    (acc,) = [
-        i
-        for i in prog.lowered.body
-        if isinstance(i, Accumulate) and starts_sum(i.terms[0]) and i.terms[0].read.value_id in sums
-    ]
-    assert any(t.body for t in acc.terms[1:])  # a sum with instructions of its own
-    model = memory_model(prog.lowered)
-    names = [{name for name, _ in point} for point in model.points]
-    part = f"v{acc.terms[0].read.value_id} "
-    alive = [k for k, point in enumerate(names) if any(n.startswith(part) for n in point)]
-    inside = [k for k, label in enumerate(model.labels) if f"{acc.value_id} +=" in label]
-    assert inside and not set(alive) & set(inside)  # the part died into the sum
+    # a sequenced sum whose first term reads a previous part of a chain as is starts
+    # from it (its buffer) instead of zeros: the model lets the part die there
+    dims = ((300, None),)
+
+    def product(v, key):
+        return Contract(v, "ab,b->a", (Read(0, key), Read(0, "t")), dims)
+
+    part, second, third = product(1, "f"), product(2, "g"), product(3, "h")
+    terms = (
+        Term((), Read(1), (0,), 1.0),
+        Term((second,), Read(2), (0,), 1.0),
+        Term((third,), Read(3), (0,), -1.0),
+    )
+    acc = Accumulate(4, terms, dims)
+    assert starts_sum(terms[0]) and not starts_sum(terms[2])
+    lowered = LoweredProgram((part, acc), (Result("R", Read(4), (0,), 1.0),), ("f", "g", "h", "t"))
+    model = memory_model(lowered)
+    inside = [k for k, point in enumerate(model.points) if "v4 (sequenced sum)" in dict(point)]
+    assert len(inside) == 3  # the first term, then each product
+    assert not any("v1" in dict(model.points[k]) for k in inside)
+    zeros = replace(acc, terms=(Term((), Read(1), (0,), 2.0), *terms[1:]))  # not as is
+    model = memory_model(replace(lowered, body=(part, zeros)))
+    assert all("v1" in dict(point) for point in model.points if "v4 (sequenced sum)" in dict(point))
+
+
+def test_a_sum_started_from_its_first_term_equals_the_unbatched_program():
+    # loops at R2's top: a sequenced sum inside them starts from a previous part
+    text, spaces = load_equations("ccsd_so"), sq.Spaces(i=3, a=7)
+    plan = BatchPlan.of(
+        {"a": {"batches": 3, "roles": "external"}},
+        external_site="top",
+        external_modes="first",
+        sums="sequenced",
+    )
+    prog = sq.compile(text, spaces, pair_symmetry=True, batch=plan)
+    assert any(
+        isinstance(i, Accumulate) and starts_sum(i.terms[0]) and any(t.body for t in i.terms)
+        for i in walk(prog.lowered.body)
+    )
+    base = sq.compile(text, spaces, pair_symmetry=True)
+    x = symmetric_inputs(base.schedule.annotated.forest, seed=9)
+    _close(prog(x), base(x))
 
 
 def test_folding_lowers_xla_memory_and_is_predicted():
@@ -183,3 +210,34 @@ def test_folding_lowers_xla_memory_and_is_predicted():
     assert xla["folded"] < 0.8 * xla["stacked"]
     predicted = memory_model(prog.lowered).peak()
     assert 0.9 * xla["folded"] <= predicted <= 1.1 * xla["folded"]  # measured 0.996
+
+
+@pytest.mark.parametrize("sums", ["sequenced", "fused"])
+def test_a_terms_own_instructions_run_before_its_loop_when_sums_are_sequenced(sums):
+    # closed-shell CCSD, `a` external alone: two terms of R2's sum make a value, then run
+    # the loop that stacks theirs; with sequenced sums those instructions and the loop
+    # leave the sum (the loop adds into it), with fused sums the terms stay (4096
+    # elements in R2: with fused sums only such a permuted sum is sequenced)
+    text, spaces = load_equations("ccsd_cs"), sq.Spaces(i=4, a=16)
+    plan = BatchPlan.of(
+        {"a": {"batches": 3, "roles": "external"}}, external_modes="first", sums=sums
+    )
+    prog = sq.compile(text, spaces, pair_symmetry=True, batch=plan)
+    stacked = lower_schedule(prog.schedule, adds=False)
+    r2 = next(r.read.value_id for r in stacked.results if r.name == "R2")
+    (chain,) = [i for i in stacked.body if isinstance(i, Accumulate) and i.value_id == r2]
+    with_own = [t for t in chain.terms if len(t.body) > 1]
+    assert len(with_own) == 2  # each: a value of its own, then the loop stacking its read
+    lifted = [
+        ins
+        for ins in prog.lowered.body
+        if any(add.piece in {t.read.value_id for t in with_own} for add in getattr(ins, "adds", ()))
+    ]
+    assert len(lifted) == (2 if sums == "sequenced" else 0)
+    for lp in lifted:  # its term's other instructions run just before it
+        k = prog.lowered.body.index(lp)
+        term = next(t for t in with_own if t.read.value_id == lp.adds[0].piece)
+        assert prog.lowered.body[k - len(term.body) + 1 : k] == term.body[:-1]
+    base = sq.compile(text, spaces, pair_symmetry=True)
+    x = symmetric_inputs(base.schedule.annotated.forest, seed=8)
+    _close(prog(x), base(x))

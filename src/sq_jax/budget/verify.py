@@ -11,9 +11,10 @@ placeholders of their shapes: no data is needed) and reads ``memory_analysis()``
 first plan it tries is the cheapest the model fits *without* the headroom: the check
 is the arbiter, and those plans can be much faster (spin-orbital CCSD, H2O/cc-pVDZ at a
 quarter of its memory: ``a`` in 6 external batches, 1.5-1.9x the unbatched time, where
-the headroom chose a plan at 3.0-5.5x). Over the budget, it plans with the headroom, then,
-while XLA's temporaries + outputs still exceed the budget, for the budget scaled by
-``budget / measured``. A failed first try costs one more XLA compile (the planner's
+the headroom chose a plan at 3.0-5.5x). Over the budget, it plans for that first target
+scaled by ``budget / measured`` (where that is looser than the headroom), then with the
+headroom, then, while XLA's temporaries + outputs still exceed the budget, for the
+budget scaled by ``budget / measured``. A failed try costs one more XLA compile (the planner's
 schedules are reused: :class:`~sq_jax.budget.search.PlanCache`). The executable is kept
 by the program: a later call with exactly those blocks (as the CC drivers pass them)
 runs it without compiling again.
@@ -53,7 +54,7 @@ from .trim import heavy_products_only
 
 __all__ = ["fit_to_budget", "xla_bytes"]
 
-MAX_ATTEMPTS = 4
+MAX_ATTEMPTS = 5
 """Plans tried (each tighter than the last) before the budget is declared infeasible."""
 
 _MARGIN = 0.97
@@ -115,15 +116,22 @@ def fit_to_budget(
     # First the model's own figure, without its headroom: XLA's check below is the
     # arbiter, and the cheaper plans it admits ran 2x faster (spin-orbital CCSD, H2O at a
     # quarter of its memory). Over the budget, the usual headroom, then tighter.
-    targets = [math.floor(limit * XLA_HEADROOM), limit]
+    first = math.floor(limit * XLA_HEADROOM)
     tried: list[tuple[int, Program]] = []  # (XLA bytes, program) of every plan over it
     built: dict[BatchPlan, Program] = {}
     over: set[BatchPlan] = set()
     target = limit
     cache = PlanCache()  # each new target only searches the counts again
     for attempt in range(MAX_ATTEMPTS):
-        if attempt < len(targets):
-            target = targets[attempt]
+        if attempt == 0:
+            target = first
+        elif attempt == 1 and tried:
+            # tightened by what XLA measured, while that is looser than the headroom
+            # (closed-shell CCSD at benzene/cc-pVDZ sizes, 1/8 of its memory: XLA 1.08x
+            # the budget; with the headroom the plan cost 3.2x the unbatched FLOPs)
+            target = max(limit, int(first * limit / tried[-1][0] * _MARGIN))
+        elif target > limit or not tried:
+            target = limit
         else:
             target = int(target * limit / tried[-1][0] * _MARGIN)
         try:

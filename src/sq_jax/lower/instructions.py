@@ -595,4 +595,4 @@ def sequence_sums_of(lowered: LoweredProgram, sums: str, *, adds: bool = True) -
         (2, 3)
     """
     sequenced = sequence_program(lowered, permuted=sums != "sequenced")
-    return fold_adds(sequenced) if adds else sequenced
+    return fold_adds(sequenced, preludes=sums == "sequenced") if adds else sequenced
