@@ -115,7 +115,8 @@ def fit_to_budget(
     limit = parse_bytes(budget)
     # First the model's own figure, without its headroom: XLA's check below is the
     # arbiter, and the cheaper plans it admits ran 2x faster (spin-orbital CCSD, H2O at a
-    # quarter of its memory). Over the budget, the usual headroom, then tighter.
+    # quarter of its memory). Over the budget, that target scaled by what XLA measured,
+    # the usual headroom, then tighter.
     first = math.floor(limit * XLA_HEADROOM)
     tried: list[tuple[int, Program]] = []  # (XLA bytes, program) of every plan over it
     built: dict[BatchPlan, Program] = {}

@@ -16,6 +16,11 @@ footprint per value, live from its first to its last use. XLA allocates more tha
   beside the stacked pieces); operand copies that do not change inside the loop (inputs
   cut to an outer loop's batch, packed inputs) are made once before it, while a whole
   input's transpose is made inside the loop, where its product reads it;
+* a loop's **adds** (:mod:`sq_jax.lower.adds`) hold the sum they add into, whole, for
+  the loop's duration (in the buffer of the value it starts from, which dies there),
+  and one batch's piece in the body (two, with a peeled last batch: XLA makes that one
+  whenever it likes); a sequenced sum that starts from its first term's value takes
+  over that buffer too;
 * the **smaller last batch** of a loop without nested loops runs after it
   (``Loop.peel``): its partial sums live as long as the loop's sums;
 * loops that **start from zeros** of one shape share one array of zeros, alive from
