@@ -42,14 +42,10 @@ import itertools
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
 
-from .accumulate import produced, reads_of
+from .accumulate import _computed, _largest_id, produced, reads_of, starts_sum
 from .ir import Accumulate, Instr, Loop, LoopAdd, LoweredProgram, Read, Term
 
 __all__ = ["fold_adds"]
-
-
-def _computed(read: Read) -> bool:
-    return read.input_key is None and read.scalar is None
 
 
 def _piece(lp: Loop, value: int) -> tuple[int, tuple] | None:
@@ -112,7 +108,6 @@ def _fold_sum(
     """
     acc = body[k]
     assert isinstance(acc, Accumulate)
-    identity = tuple(range(len(acc.dims)))
     readers: dict[int, int] = {}
     at: dict[int, int] = {}
     for j, here in enumerate(body):
@@ -138,7 +133,7 @@ def _fold_sum(
             continue
         # the sum's first other term may be a previous part of a chain, read as is: the
         # loop's sum starts from it, if it is made before the loop
-        start = _start(others, identity)
+        start = others[0].read.value_id if others and starts_sum(others[0]) else None
         if start is not None and at.get(start, -1) >= j:
             continue
         running = next(fresh)
@@ -208,16 +203,6 @@ def _value_of(term: Term) -> int:
     return term.read.value_id
 
 
-def _start(terms: Sequence[Term], identity: tuple[int, ...]) -> int | None:
-    """The value the first term reads as is (a chain's previous part), else ``None``."""
-    if not terms:
-        return None
-    first = terms[0]
-    if first.body or first.coef != 1.0 or first.perm != identity or _value_of(first) < 0:
-        return None
-    return None if first.read.slices else first.read.value_id
-
-
 def _fold(
     body: Sequence[Instr], keep: Collection[int], fresh: Iterator[int], preludes: bool
 ) -> tuple[Instr, ...]:
@@ -267,20 +252,5 @@ def fold_adds(lowered: LoweredProgram, preludes: bool = True) -> LoweredProgram:
         True
     """
     keep = {r.read.value_id for r in lowered.results if _computed(r.read)}
-    fresh = itertools.count(_largest(lowered) + 1)
+    fresh = itertools.count(_largest_id(lowered.body) + 1)
     return replace(lowered, body=_fold(lowered.body, keep, fresh, preludes))
-
-
-def _largest(lowered: LoweredProgram) -> int:
-    """The largest value id the program makes or reads."""
-    top = -1
-    stack: list[Sequence[Instr]] = [lowered.body]
-    while stack:
-        for ins in stack.pop():
-            top = max([top, *produced(ins), *reads_of(ins)])
-            if isinstance(ins, Loop):
-                top = max([top, *(a.piece for a in ins.adds)])
-                stack.append(ins.body)
-            elif isinstance(ins, Accumulate):
-                stack.extend(t.body for t in ins.terms)
-    return top
