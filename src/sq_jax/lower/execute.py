@@ -789,8 +789,9 @@ def _run_block_pairs(
 
     One ``lax.fori_loop`` over the ``nb`` blocks ``P`` (the batch ``(P, P)``, summed over
     ``k1 ≤ k2``), one over the ``nb(nb-1)/2`` pairs ``P < Q``: each iteration reads the
-    batch ``(P, Q)`` and the batch ``(Q, P)`` of both operands. Every batch has the full block
-    size: a last, smaller one starts at ``extent - block`` and its overlap is masked
+    batch ``(P, Q)`` and the batch ``(Q, P)`` of both operands, the instructions before
+    the product in ``inner`` run for each. Every batch has the full block size: a last,
+    smaller one starts at ``extent - block`` and its overlap is masked
     (:attr:`Contract.masks`), as in :func:`run_loop`.
     """
     plan = ins.block_pairs
@@ -798,19 +799,24 @@ def _run_block_pairs(
     block, extent = outer.block, outer.extent
     overlap = extent % block != 0
     rows, cols = (jnp.asarray(x) for x in np.triu_indices(outer.num_batches, 1))
+    before = inner.body[:-1]  # the operands made for the batch
+    read = {r.value_id for r in ins.operands}
 
     def batch_of(k: Any) -> tuple[Any, int, Any]:
         start = jnp.minimum(k * block, extent - block)
         return start, block, (k * block - start if overlap else None)
 
+    def operands(p: Any, q: Any) -> list[Any]:  # of the batch (P, Q)
+        local, at = dict(env), {**ctx, outer.loop: batch_of(p), inner.loop: batch_of(q)}
+        run_body(before, local, at, run, read)
+        return _operands(ins, local, at, run)
+
     def pair(p: Any, q: Any) -> Any:  # P < Q: the batches (P, Q) and (Q, P)
-        here = _operands(ins, env, {**ctx, outer.loop: batch_of(p), inner.loop: batch_of(q)}, run)
-        there = _operands(ins, env, {**ctx, outer.loop: batch_of(q), inner.loop: batch_of(p)}, run)
-        x = block_pair_product(plan, ins.spec, here, there)
+        x = block_pair_product(plan, ins.spec, operands(p, q), operands(q, p))
         return x if run.vary is None else run.vary(x)
 
     def diagonal(p: Any) -> Any:  # P = P: the batch alone, over k1 <= k2
-        here = _operands(ins, env, {**ctx, outer.loop: batch_of(p), inner.loop: batch_of(p)}, run)
+        here = operands(p, p)
         x = block_pair_product(plan, ins.spec, here, here, diagonal=True)
         return x if run.vary is None else run.vary(x)
 

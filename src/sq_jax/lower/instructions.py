@@ -367,7 +367,9 @@ class _Walk:
     def block_pair_nest(self, outer: Loop) -> Loop | None:
         """``outer`` with its product marked for block pairs, or ``None``.
 
-        When ``outer`` holds one loop over the same blocks that holds one product, the
+        When ``outer`` holds one loop over the same blocks whose body ends in one
+        product (:attr:`~sq_jax.lower.ir.Loop.product_nest`: the instructions before it
+        make its operands for the batch, and run for both batches of an iteration), the
         two loops cut a summed pair that both operands swap together with a free pair
         of their own, the saving passes :data:`BLOCK_PAIRS_MAX_FRACTION`, and it pays
         for the parts it writes (:meth:`~sq_jax.lower.block_pairs.BlockPairs.gain`).
@@ -396,10 +398,11 @@ class _Walk:
             if lp is not None
         }
         for r, lab in zip(ins.operands, labels, strict=True):
-            mine = {lp: lab[p] for p, lp in r.slices}
+            # an operand made before the product in the inner loop holds its batches
+            mine = {lp: lab[p] for p, (_, lp) in enumerate(r.dims) if lp is not None}
+            mine.update((lp, lab[p]) for p, lp in r.slices)
             cut.append(mine)
-            fixed |= {lab[p] for p, lp in r.slices if lp not in (outer.loop, inner.loop)}
-            fixed |= {lab[p] for p, (_, lp) in enumerate(r.dims) if lp is not None}
+            fixed |= {ix for lp, ix in mine.items() if lp not in (outer.loop, inner.loop)}
         summed = tuple(cut[0].get(lp) for lp in (outer.loop, inner.loop))
         if None in summed or tuple(cut[1].get(lp) for lp in (outer.loop, inner.loop)) != summed:
             return None
@@ -421,7 +424,7 @@ class _Walk:
         if plan.gain(outer.extent, outer.block, extent) <= 0:
             return None  # its parts cost more than the FLOPs it saves
         marked = replace(ins, block_pairs=plan)
-        return replace(outer, body=(replace(inner, body=(marked,)),))
+        return replace(outer, body=(replace(inner, body=(*inner.body[:-1], marked)),))
 
     def loop(
         self,

@@ -275,13 +275,22 @@ class Loop:
 
     @property
     def product_nest(self) -> tuple[Loop, Contract] | None:
-        """``(inner loop, product)`` when this loop holds one loop holding one product."""
+        """``(inner loop, product)`` when this loop holds one loop ending in a product.
+
+        Any instructions before the product are neither loops nor sums: they make its
+        operands for the batch (the closed-shell ladder's ``τ``).
+        """
         if len(self.body) != 1 or not isinstance(self.body[0], Loop):
             return None
         inner = self.body[0]
-        if len(inner.body) != 1 or not isinstance(inner.body[0], Contract):
+        if not inner.body:
             return None
-        return inner, inner.body[0]
+        *before, last = inner.body
+        if not isinstance(last, Contract):
+            return None
+        if any(not isinstance(ins, (Contract, Combine)) for ins in before):
+            return None
+        return inner, last
 
     @property
     def block_pair_nest(self) -> tuple[Loop, Contract] | None:

@@ -743,6 +743,7 @@ def packed_products(lowered: Any) -> dict[int, tuple[float, tuple[str, Any] | No
             if nest is not None:
                 plan = nest[1].block_pairs
                 out[nest[1].value_id] = (plan.fraction(ins.extent, ins.block), (ins.loop[0], plan))
+                stack.extend(nest[0].body[:-1])  # its operands made for the batch
                 continue
             stack.extend(body)
         elif hasattr(ins, "terms"):  # a sequenced sum
