@@ -25,10 +25,12 @@ operand copies XLA makes (slices cut on use, transposes into matrix layout), loo
 accumulators and stacked pieces, the fused sum chains that keep their products alive,
 and the results — predicted by :func:`sq_jax.lower.memory.memory_model` from the
 lowered program — times :data:`XLA_HEADROOM` for XLA's heap packing. The schedule's
-own peak profile (SeQuant's model, one footprint per value) must fit too; it is always
-the smaller of the two in practice. Inputs (integrals, amplitudes) are *not* counted:
-they are the caller's arrays. Results are never sliced at their home, so the budget
-can never drop below the results and what is live with them.
+own peak profile (SeQuant's model, one footprint per value) is not held to the budget:
+the lowering holds less than it where a loop adds its pieces into a sum or a sum runs
+term by term (:meth:`~sq_jax.budget.model.BudgetModel.peak`). Inputs (integrals,
+amplitudes) are *not* counted: they are the caller's arrays. Results are never sliced
+at their home, so the budget can never drop below the results and what is live with
+them.
 
 **Search.** A *configuration* is a role choice per space: not batched, external,
 contracted, or both. The schedule's structure (loops, placement, recomputation) depends

@@ -51,8 +51,9 @@ def _describe(sf: ScheduledForest, value_id: int) -> str:
 def required_bytes(sf: ScheduledForest) -> int:
     """The smallest ``memory_budget`` a scheduled forest fits in.
 
-    The larger of the schedule's peak profile and the lowered program's predicted XLA
-    memory (:func:`sq_jax.lower.memory.memory_model`) times :data:`XLA_HEADROOM`.
+    The lowered program's predicted XLA memory (:func:`sq_jax.lower.memory.memory_model`)
+    times :data:`XLA_HEADROOM` (the schedule's peak profile is not a bound:
+    :meth:`~sq_jax.budget.model.BudgetModel.peak`).
 
     Example:
         >>> import sq_jax as sq
@@ -64,32 +65,22 @@ def required_bytes(sf: ScheduledForest) -> int:
         (64, 160)
     """
     xla = memory_model(lower_schedule(sf)).peak()
-    return max(sf.peak.peak_bytes, math.ceil(xla * XLA_HEADROOM))
+    return math.ceil(xla * XLA_HEADROOM)
 
 
 def _dominant(sf: ScheduledForest) -> str:
     """The largest buffer live where the peak binds, as text."""
     model = memory_model(lower_schedule(sf))
     blocks = dict(model.blocks)
-    xla = math.ceil(model.peak(blocks) * XLA_HEADROOM)
-    if sf.peak.peak_bytes >= xla:  # the schedule's own peak profile binds
-        cells = dag_path(sf.rich, sf.annotated).cells
-        live = [cells[k] for k in sf.peak.live_at_binding]
-        if not live:
-            return "nothing (the peak is 0 bytes)"
-        top = max(live, key=lambda c: (c.footprint, -c.value_id))
-        what = _describe(sf, top.value_id)
-        if top.value_id in sf.rich.root_values:
-            what += " (results are never batched in memory)"
-        return (
-            f"{what}: {format_bytes(top.footprint)} of the "
-            f"{format_bytes(sf.peak.peak_bytes)} live there ({len(live)} value(s))"
-        )
     at = model.binding(blocks)
     items = model.items_at(at, blocks)
+    if not items:
+        return "nothing (the peak is 0 bytes)"
     name, size = items[0]
     match = re.match(r"v(\d+)(.*)", name)
     what = name if match is None else _describe(sf, int(match.group(1))) + match.group(2)
+    if match is not None and int(match.group(1)) in sf.rich.root_values:
+        what += " (results are never batched in memory)"
     return (
         f"{what}: {format_bytes(size)} of the {format_bytes(model.peak(blocks))} the lowered "
         f"program holds there ({len(items)} buffer(s), while running {model.labels[at]})"

@@ -2,8 +2,8 @@
 
 A :class:`Configuration` is a role choice per batched space; :func:`budget_model`
 schedules nothing itself: from one scheduled forest of that configuration it builds a
-:class:`BudgetModel` whose memory (the schedule's peak profile and the lowered
-program's predicted XLA memory) and FLOPs are exact functions of the block sizes and
+:class:`BudgetModel` whose memory (the lowered program's predicted XLA memory, and
+the schedule's peak profile for reference) and FLOPs are exact functions of the block sizes and
 batch counts.
 
 Example:
@@ -171,8 +171,16 @@ class BudgetModel:
         return int(max(0, (weights @ self.xla_live).max()))
 
     def peak(self, blocks: Sequence[int]) -> int:
-        """What the budget must hold: the larger of the two models, XLA's with headroom."""
-        return max(self.static_peak(blocks), math.ceil(self.xla_peak(blocks) * XLA_HEADROOM))
+        """What the budget must hold: the lowered program's predicted XLA memory, with headroom.
+
+        Not the schedule's peak profile (:meth:`static_peak`): the lowering holds less
+        where a loop adds its pieces into a sum (:mod:`sq_jax.lower.adds`) or a sum runs
+        term by term. Spin-orbital CCSD at H2O/cc-pVDZ sizes, ``a`` in 19 batches: the
+        profile 3.53 MiB, the lowered program 1.94 MiB predicted, 1.92 MiB measured by
+        XLA; held to the profile, the plan at 1/8 of the unbatched memory cost 11.4x
+        the unbatched FLOPs instead of 1.22x.
+        """
+        return math.ceil(self.xla_peak(blocks) * XLA_HEADROOM)
 
     def flops(self, counts: Sequence[int]) -> int:
         """The schedule's FLOPs at these batch counts (recomputation included)."""

@@ -399,8 +399,9 @@ def plan_for_budget(
 
     Args:
         forest: the eval forest (:func:`sq_jax.build_forest`).
-        budget: bytes for the static peak of intermediates and results (inputs excluded;
-            module docstring): an int, text for :func:`parse_bytes` (``"2 GiB"``), or
+        budget: bytes for the program's intermediates and results as XLA allocates
+            them (predicted, with :data:`~sq_jax.budget.model.XLA_HEADROOM`; inputs
+            excluded; module docstring): an int, text for :func:`parse_bytes` (``"2 GiB"``), or
             ``None`` / ``math.inf`` for no limit (the empty plan).
         spaces_allowed: the spaces the plan may batch (default: every space of the
             forest with an extent above 1).
@@ -578,12 +579,8 @@ def _plan(
             if best is not None and _lower_bound(cheap, lad, step_cost, unit) >= best.key:
                 continue  # it cannot win
             combos = list(itertools.product(*lad))
-            low = min(cheap.static_peak([b for _, b in combo]) for combo in combos)
-            if low > limit and (
-                best is not None
-                or (floor is not None and (low, cfg.rank) >= (floor[0].peak, floor[0].config.rank))
-            ):
-                continue  # nothing fits, nor does it lower the floor of the error message
+            # every configuration that may win is lowered: the schedule's peak profile
+            # is no bound on the lowered program's memory (BudgetModel.peak)
             model = cache.model(cfg, sf)
             low, counts = min(
                 (model.peak([b for _, b in combo]), tuple(n for n, _ in combo)) for combo in combos
