@@ -506,27 +506,36 @@ def test_fit_to_budget_plans_tighter_while_xla_measures_over(monkeypatch):
     assert err.value.smallest_feasible == 2 * budget
 
 
-def test_fit_to_budget_tightens_by_what_xla_measured_before_taking_the_headroom(monkeypatch):
-    # XLA "measures" the first plan 5% over: the next target is the first one scaled by
-    # budget / measured (looser than the headroom: fewer batches), measured for real
+def test_fit_to_budget_tries_the_next_plan_then_tightens_by_what_xla_measured(monkeypatch):
+    # XLA "measures" the first two plans 5% over: the second is the next cheapest plan at
+    # the first target (the first left out), the third is planned for the first target
+    # scaled by budget / measured (looser than the headroom: fewer batches), both left
+    # out, and measured for real
     text = "R{a1;i1} = g{a1,a2;i1,i2} t{a2;i2}"
     forest = sq.build_forest(sq.parse(text), sq.Spaces(i=10, a=200))
     budget = 2 << 20  # the model fits `a` in 17 batches, 19 at the scaled target, 20 with headroom
     real, seen = verify.xla_bytes, []
 
-    def over_once(program):
+    def over_twice(program):
         seen.append(program.schedule.annotated.plan)
-        return budget + budget // 20 if len(seen) == 1 else real(program)
+        return budget + budget // 20 if len(seen) <= 2 else real(program)
 
-    monkeypatch.setattr(verify, "xla_bytes", over_once)
+    monkeypatch.setattr(verify, "xla_bytes", over_twice)
     prog = verify.fit_to_budget(forest, budget, partial(_build_program, forest))
     first = math.floor(budget * XLA_HEADROOM)
     scaled = int(first * budget / (budget + budget // 20) * verify._MARGIN)
     assert budget < scaled < first
-    assert seen == [plan_for_budget(forest, first), plan_for_budget(forest, scaled)]
-    batches = [p.spaces[0].batches for p in (*seen, plan_for_budget(forest, budget))]
+    assert seen[:2] == [
+        plan_for_budget(forest, first),
+        plan_for_budget(forest, first, exclude=seen[:1]),
+    ]
+    assert seen[0] != seen[1] and len(seen) == 3
+    assert seen[2] == plan_for_budget(forest, scaled, exclude=seen[:2])
+    assert seen[2] not in seen[:2]
+    headroom = plan_for_budget(forest, budget, exclude=seen[:2])
+    batches = [p.spaces[0].batches for p in (seen[0], seen[2], headroom)]
     assert batches[0] < batches[1] < batches[2]  # between the first plan and the headroom's
-    assert prog.schedule.annotated.plan == seen[1] and real(prog) <= budget
+    assert prog.schedule.annotated.plan == seen[2] and real(prog) <= budget
 
 
 def _build_program(forest, plan):

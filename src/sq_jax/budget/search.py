@@ -13,7 +13,7 @@ import contextlib
 import gc
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from .._errors import PlanError, ScheduleError, SqJaxError
@@ -339,9 +339,16 @@ def _search(
     best: SearchPoint | None,
     step_cost: float,
     unit: float,
+    exclude: frozenset[BatchPlan] = frozenset(),
 ) -> SearchPoint | None:
-    """The best point of one configuration under ``budget`` (``best`` if none beats it)."""
+    """The best point of one configuration under ``budget`` (``best`` if none beats it).
+
+    Points whose plan (products not kept whole) is in ``exclude`` are passed over.
+    """
     cfg = model.config
+
+    def allowed(counts: Sequence[int]) -> bool:
+        return not exclude or cfg.plan(counts) not in exclude
 
     def point(combo: Sequence[tuple[int, int]], peak: int = -1) -> SearchPoint:
         counts = tuple(n for n, _ in combo)
@@ -355,7 +362,7 @@ def _search(
     if not ladders:
         peak = model.peak(())
         pt = point((), peak)
-        if peak <= budget and (best is None or pt.key < best.key):
+        if peak <= budget and allowed(()) and (best is None or pt.key < best.key):
             return pt
         return best
     *outer, last = ladders
@@ -368,8 +375,14 @@ def _search(
         # the cost grows with the last count, so the first count that fits is this head's
         # best; the peak is not monotone (an uneven last batch costs extra buffers), so
         # every count is tried rather than bisected.
+        counts = [n for n, _ in head]
         fits = next(
-            (k for k, (_, b) in enumerate(last) if model.peak([*blocks, b]) <= budget), None
+            (
+                k
+                for k, (n, b) in enumerate(last)
+                if model.peak([*blocks, b]) <= budget and allowed([*counts, n])
+            ),
+            None,
         )
         if fits is None:
             continue
@@ -388,6 +401,7 @@ def plan_for_budget(
     extended: bool = True,
     step_cost: float | None = None,
     cache: PlanCache | None = None,
+    exclude: Collection[BatchPlan] = (),
 ) -> BatchPlan:
     """The cheapest batch plan whose memory fits ``budget``.
 
@@ -418,6 +432,9 @@ def plan_for_budget(
             for the default JAX backend); 0 minimises FLOPs alone.
         cache: a :class:`PlanCache` to reuse across calls on one forest (default: a
             new one).
+        exclude: plans (as the search makes them: no products kept whole) it must not
+            return: :func:`~sq_jax.budget.fit_to_budget` passes those XLA measured over
+            the budget.
 
     Returns:
         The plan (``BatchPlan()`` when nothing needs batching), deterministic.
@@ -459,7 +476,16 @@ def plan_for_budget(
     ):
         raise PlanError(f"step_cost must be a finite number >= 0, got {step_cost!r}.")
     with _rare_collections():
-        return _plan(forest, limit, spaces_allowed, max_batches, extended, step_cost, cache)
+        return _plan(
+            forest,
+            limit,
+            spaces_allowed,
+            max_batches,
+            extended,
+            step_cost,
+            cache,
+            frozenset(exclude),
+        )
 
 
 @contextlib.contextmanager
@@ -542,6 +568,7 @@ def _plan(
     extended: bool,
     step_cost: float,
     cache: PlanCache | None,
+    exclude: frozenset[BatchPlan] = frozenset(),
 ) -> BatchPlan:
     """:func:`plan_for_budget` once its arguments are checked."""
     spaces = _batchable_spaces(forest, spaces_allowed)
@@ -589,7 +616,7 @@ def _plan(
                 floor is None or (low, cfg.rank) < (floor[0].peak, floor[0].config.rank)
             ):  # only needed for the error message
                 floor = (SearchPoint((), cfg, counts, low, 0), sf)
-            best = _search(model, lad, limit, best, step_cost, unit)
+            best = _search(model, lad, limit, best, step_cost, unit, exclude)
     if best is None:
         raise infeasible_error(limit, floor, spaces, _batchable_spaces(forest, None), max_batches)
     plan = best.config.plan(best.counts)
