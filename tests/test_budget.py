@@ -538,6 +538,33 @@ def test_fit_to_budget_tries_the_next_plan_then_tightens_by_what_xla_measured(mo
     assert prog.schedule.annotated.plan == seen[2] and real(prog) <= budget
 
 
+def test_fit_to_budget_measures_each_distinct_program_once(monkeypatch):
+    # spin-orbital CCSD, XLA "measuring" every plan over the budget: the planner tries
+    # `a` in 6 external batches with invariant operands hoisted, then the same without
+    # (nothing those loops cut is hoisted: one program); XLA compiles it once
+    import dataclasses
+
+    text, spaces = load_equations("ccsd_so"), sq.Spaces(i=4, a=12)
+    forest = dataclasses.replace(sq.build_forest(sq.parse(text), spaces), pair_symmetry=True)
+    budget = xla_bytes(sq.compile(text, spaces, pair_symmetry=True)) // 4
+    built, measured = [], []
+
+    def build(plan):
+        built.append(_build_program(forest, plan))
+        return built[-1]
+
+    def over(program):
+        measured.append(str(program.lowered))
+        return 2 * budget
+
+    monkeypatch.setattr(verify, "xla_bytes", over)
+    with pytest.raises(sq.MemoryBudgetError, match="measures over the budget"):
+        verify.fit_to_budget(forest, budget, build)
+    lowerings = [str(p.lowered) for p in built]
+    assert len(set(lowerings)) < len(built)  # two plans, one program
+    assert sorted(measured) == sorted(set(lowerings))  # each measured once
+
+
 def _build_program(forest, plan):
     scheduled = schedule_forest(forest, plan)
     return make_program(scheduled, lower_schedule(scheduled))
