@@ -165,12 +165,14 @@ def fit_to_budget(
             if each not in built:  # a mesh program's first try is built, never measured
                 built[each] = build(each)
             program = built[each]
-            # another plan may lower to a program measured already (hoisting nothing
-            # that loops cut, say): its figure stands, with no second compile
-            text = str(program.lowered)
-            measured = None if program.mesh is not None else figures.get(text)
-            if measured is None and program.mesh is None:
-                measured = figures[text] = xla_bytes(program)
+            measured = None
+            if program.mesh is None:
+                # another plan may lower to a program measured already (hoisting nothing
+                # that loops cut, say): its figure stands, with no second compile
+                text = str(program.lowered)
+                if text not in figures:
+                    figures[text] = xla_bytes(program)
+                measured = figures[text]
             if measured is None and attempt == 0:
                 break  # unchecked: only the model with its headroom is taken at its word
             if measured is None or measured <= limit:
