@@ -2,9 +2,8 @@
 
 A :class:`Configuration` is a role choice per batched space; :func:`budget_model`
 schedules nothing itself: from one scheduled forest of that configuration it builds a
-:class:`BudgetModel` whose memory (the lowered program's predicted XLA memory, and
-the schedule's peak profile for reference) and FLOPs are exact functions of the block sizes and
-batch counts.
+:class:`BudgetModel` whose memory (the lowered program's predicted XLA memory) and
+FLOPs are exact functions of the block sizes and batch counts.
 
 Example:
     >>> cfg = Configuration((("a", False, True),), rank=0)
@@ -43,8 +42,6 @@ __all__ = [
     "schedule_model",
     "step_terms",
 ]
-
-_ITEMSIZE = 8
 
 XLA_HEADROOM = 1.25
 """The budget must hold the predicted XLA memory times this: XLA packs its buffers into
@@ -139,8 +136,6 @@ class BudgetModel:
     """Peak and FLOPs of one configuration as functions of the batch counts."""
 
     config: Configuration
-    peak_exponents: np.ndarray  # (G, S): per footprint signature, home modes per space
-    peak_live: np.ndarray  # (G, P): bytes at full block live at each point, per signature
     flop_polynomial: tuple[tuple[tuple[int, ...], int], ...]  # (exponents per space, flops)
     loops: int  # loop blocks in the ordered schedule
     xla_exponents: np.ndarray  # (M, S): per monomial of the lowered model, powers per space
@@ -150,13 +145,6 @@ class BudgetModel:
     step_polynomial: tuple[tuple[tuple[int, ...], int], ...] = ()  # (exponents, steps)
     packed: tuple[PackedTerm, ...] = ()
     """The packed products' productions: the FLOPs :meth:`packed_flops` takes off."""
-
-    def static_peak(self, blocks: Sequence[int]) -> int:
-        """The schedule's peak profile (SeQuant's model) at these block sizes."""
-        weights = np.prod(np.asarray(blocks, dtype=np.int64) ** self.peak_exponents, axis=1)
-        if self.peak_live.shape[1] == 0:
-            return 0
-        return int(max(0, (weights @ self.peak_live).max()))
 
     def xla_peak(self, blocks: Sequence[int]) -> int:
         """The lowered program's predicted XLA temporaries + outputs (lower/memory.py)."""
@@ -173,7 +161,7 @@ class BudgetModel:
     def peak(self, blocks: Sequence[int]) -> int:
         """What the budget must hold: the lowered program's predicted XLA memory, with headroom.
 
-        Not the schedule's peak profile (:meth:`static_peak`): the lowering holds less
+        Not the schedule's peak profile (SeQuant's model): the lowering holds less
         where a loop adds its pieces into a sum (:mod:`sq_jax.lower.adds`) or a sum runs
         term by term. Spin-orbital CCSD at H2O/cc-pVDZ sizes, ``a`` in 19 batches: the
         profile 3.53 MiB, the lowered program 1.94 MiB predicted, 1.92 MiB measured by
@@ -298,15 +286,14 @@ def _packed_terms(
 def schedule_model(
     sf: ScheduledForest, config: Configuration, floors: Mapping[int, float] | None = None
 ) -> BudgetModel:
-    """What the schedule alone says of ``config``: its static peak, FLOPs and steps.
+    """What the schedule alone says of ``config``: its FLOPs and steps.
 
-    Its :meth:`BudgetModel.xla_peak` is 0 (nothing is lowered), so its
-    :meth:`BudgetModel.peak` is a lower bound of the full model's (:func:`budget_model`):
-    the search drops a configuration on this before it pays for the lowering. Its
-    packed FLOPs take ``floors`` (per label-blind node hash, the least share of its
-    FLOPs a value's product runs; the search gives the unbatched program's shares) as
-    the shares: a lower bound too, as long as no batched program packs a product more
-    tightly than the unbatched one.
+    Nothing is lowered (its memory is 0; :func:`budget_model` adds it): the search
+    drops a configuration on its cost before it pays for the lowering. Its packed FLOPs
+    take ``floors`` (per label-blind node hash, the least share of its FLOPs a value's
+    product runs; the search gives the unbatched program's shares) as the shares: a
+    lower bound, as long as no batched program packs a product more tightly than the
+    unbatched one.
 
     Example:
         >>> import sq_jax as sq
@@ -318,28 +305,7 @@ def schedule_model(
         (16, 0)
     """
     spaces = config.spaces
-    extents: dict[str, int] = {}
     extent = sf.annotated.forest.spaces.extent
-    where = {s: k for k, s in enumerate(spaces)}
-    sigs: dict[tuple[int, ...], np.ndarray] = {}
-    npoints = sf.rich.num_points
-    for cell in sf.rich.cells:
-        if cell.is_leaf:
-            continue
-        exps = [0] * len(spaces)
-        coef = _ITEMSIZE
-        for ix in cell.carried:
-            if ix in cell.home_modes and ix.space in where:
-                exps[where[ix.space]] += 1
-            else:
-                if ix.space not in extents:
-                    extents[ix.space] = extent(ix.space)
-                coef *= extents[ix.space]
-        delta = sigs.setdefault(tuple(exps), np.zeros(npoints + 1, dtype=np.int64))
-        delta[cell.first_use] += coef
-        delta[cell.last_use + 1] -= coef
-    keys = sorted(sigs)
-    live = np.array([np.cumsum(sigs[k])[:npoints] for k in keys], dtype=np.int64)
     flops, steps = cost_polynomials(sf, spaces)
     cells = sf.rich.cells
     shares = {
@@ -349,8 +315,6 @@ def schedule_model(
     }
     return BudgetModel(
         config,
-        np.array(keys, dtype=np.int64).reshape(len(keys), len(spaces)),
-        live.reshape(len(keys), npoints),
         flops,
         sum(1 for blk, _ in sf.ordered.walk() if not blk.is_root),
         np.zeros((0, len(spaces)), dtype=np.int64),
