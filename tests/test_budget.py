@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -608,6 +609,49 @@ def test_a_plan_cache_reuses_schedules_across_budgets(ccd, monkeypatch):
     assert len(calls) == scheduled  # nothing scheduled again
     tighter = plan_for_budget(ccd, need // 3, cache=cache)
     assert tighter == plan_for_budget(ccd, need // 3)  # the same plan as without a cache
+
+
+def _every_configuration(monkeypatch):
+    """The search without the twin rule: every configuration it reaches is scheduled."""
+    monkeypatch.setattr(
+        search, "TWIN_FLOOR_MARGIN", dict.fromkeys(search.TWIN_FLOOR_MARGIN, math.inf)
+    )
+
+
+@pytest.mark.parametrize("name", ["ccd_so", "ccd_cs"])
+def test_the_configurations_the_search_leaves_out_hold_no_better_plan(name, monkeypatch):
+    """The twin rule (TWIN_FLOOR_MARGIN) leaves configurations unscheduled; over a sweep
+    of budgets, searching every one of them finds the same plans."""
+    forest = sq.build_forest(sq.parse(load_equations(name)), sq.Spaces(i=4, a=10))
+    forest = replace(forest, pair_symmetry=True)
+    need = required_bytes(schedule_forest(forest, BatchPlan()))
+    budgets = [need // 5, need // 3, need // 2]  # the tightest first, on fresh caches
+    pruned = search.PlanCache()
+    got = [plan_for_budget(forest, b, cache=pruned) for b in budgets[:1]]
+    left_out = len(pruned.schedules)
+    got += [plan_for_budget(forest, b, cache=pruned) for b in budgets[1:]]
+    with monkeypatch.context() as patch:
+        _every_configuration(patch)
+        every = search.PlanCache()
+        want = [plan_for_budget(forest, b, cache=every) for b in budgets[:1]]
+        assert len(every.schedules) > left_out  # the rules did leave something out
+        want += [plan_for_budget(forest, b, cache=every) for b in budgets[1:]]
+    assert got == want
+
+
+def test_an_infeasible_budget_reports_the_smallest_peak_of_every_configuration(ccd, monkeypatch):
+    """Where nothing fits, the configurations the twin rule left out are searched too:
+    the same schedules as a full search, and the error names the same smallest feasible
+    budget and plan."""
+    pruned, every = search.PlanCache(), search.PlanCache()
+    with pytest.raises(sq.MemoryBudgetError) as pruned_error:
+        plan_for_budget(ccd, "1 KiB", cache=pruned)
+    _every_configuration(monkeypatch)
+    with pytest.raises(sq.MemoryBudgetError) as every_error:
+        plan_for_budget(ccd, "1 KiB", cache=every)
+    assert set(pruned.schedules) == set(every.schedules)
+    assert pruned_error.value.smallest_feasible == every_error.value.smallest_feasible
+    assert pruned_error.value.plan == every_error.value.plan
 
 
 def test_a_mesh_program_unchecked_by_xla_keeps_the_headroom():

@@ -26,7 +26,7 @@ from ..lower.memory import memory_model
 from ..lower.pairs import packed_products
 from ..plan.batch import BatchPlan, SpaceBatch
 from ..schedule import ScheduledForest
-from ..schedule.cost import flop_terms
+from ..schedule.cost import FlopTerm, flop_terms
 from ..schedule.ir import BuildStep
 
 __all__ = [
@@ -145,6 +145,8 @@ class BudgetModel:
     step_polynomial: tuple[tuple[tuple[int, ...], int], ...] = ()  # (exponents, steps)
     packed: tuple[PackedTerm, ...] = ()
     """The packed products' productions: the FLOPs :meth:`packed_flops` takes off."""
+    terms: tuple[FlopTerm, ...] = ()
+    """The schedule's FLOP terms (:func:`~sq_jax.schedule.cost.flop_terms`), made once."""
 
     def xla_peak(self, blocks: Sequence[int]) -> int:
         """The lowered program's predicted XLA temporaries + outputs (lower/memory.py)."""
@@ -222,11 +224,14 @@ Polynomial = tuple[tuple[tuple[int, ...], int], ...]
 """``((exponent per batched space, coefficient), ...)``: a function of the batch counts."""
 
 
-def cost_polynomials(sf: ScheduledForest, spaces: Sequence[str]) -> tuple[Polynomial, Polynomial]:
+def cost_polynomials(
+    sf: ScheduledForest, spaces: Sequence[str], terms: Sequence[FlopTerm] | None = None
+) -> tuple[Polynomial, Polynomial]:
     """The FLOPs and the executed steps of ``sf`` as polynomials in the counts of ``spaces``.
 
     Read from the schedule alone (no lowering): the search prices a configuration with
-    them before it pays for :func:`budget_model`'s memory model.
+    them before it pays for :func:`budget_model`'s memory model. ``terms``: ``sf``'s
+    :func:`~sq_jax.schedule.cost.flop_terms` where the caller has them.
 
     Example:
         >>> import sq_jax as sq
@@ -237,7 +242,7 @@ def cost_polynomials(sf: ScheduledForest, spaces: Sequence[str]) -> tuple[Polyno
         ((((0,), 16),), (((0,), 0), ((1,), 1)))
     """
     poly: dict[tuple[int, ...], int] = {}
-    for term in flop_terms(sf):
+    for term in flop_terms(sf) if terms is None else terms:
         exps = tuple(term.recompute.count(s) for s in spaces)
         poly[exps] = poly.get(exps, 0) + term.flops
     return tuple(sorted(poly.items())), tuple(sorted(step_terms(sf, spaces).items()))
@@ -260,17 +265,17 @@ def evaluate(polynomial: Polynomial, counts: Sequence[int]) -> int:
 
 
 def _packed_terms(
-    sf: ScheduledForest,
+    terms: Sequence[FlopTerm],
     spaces: Sequence[str],
     shares: Mapping[int, tuple[float, tuple[str, Any] | None]],
 ) -> tuple[PackedTerm, ...]:
-    """The FLOP terms of the packed values ``shares`` names.
+    """Of a schedule's FLOP ``terms``, those of the packed values ``shares`` names.
 
     ``shares``: per value id, as :func:`~sq_jax.lower.pairs.packed_products` gives them.
     """
     where = {s: k for k, s in enumerate(spaces)}
     out = []
-    for term in flop_terms(sf):
+    for term in terms:
         if term.value_id not in shares:
             continue
         share, rule = shares[term.value_id]
@@ -284,7 +289,10 @@ def _packed_terms(
 
 
 def schedule_model(
-    sf: ScheduledForest, config: Configuration, floors: Mapping[int, float] | None = None
+    sf: ScheduledForest,
+    config: Configuration,
+    floors: Mapping[int, float] | None = None,
+    terms: tuple[FlopTerm, ...] | None = None,
 ) -> BudgetModel:
     """What the schedule alone says of ``config``: its FLOPs and steps.
 
@@ -293,7 +301,8 @@ def schedule_model(
     take ``floors`` (per label-blind node hash, the least share of its FLOPs a value's
     product runs; the search gives the unbatched program's shares) as the shares: a
     lower bound, as long as no batched program packs a product more tightly than the
-    unbatched one.
+    unbatched one. ``terms``: ``sf``'s :func:`~sq_jax.schedule.cost.flop_terms` where the
+    caller has them (configurations that share a schedule share them).
 
     Example:
         >>> import sq_jax as sq
@@ -306,7 +315,8 @@ def schedule_model(
     """
     spaces = config.spaces
     extent = sf.annotated.forest.spaces.extent
-    flops, steps = cost_polynomials(sf, spaces)
+    terms = flop_terms(sf) if terms is None else terms
+    flops, steps = cost_polynomials(sf, spaces, terms)
     cells = sf.rich.cells
     shares = {
         v: (floors[cell.hash], None)
@@ -322,7 +332,8 @@ def schedule_model(
         np.zeros((0, 0), dtype=np.int64),
         tuple(extent(s) for s in spaces),
         steps,
-        _packed_terms(sf, spaces, shares),
+        _packed_terms(terms, spaces, shares),
+        terms,
     )
 
 
@@ -364,7 +375,7 @@ def budget_model(
             [where.get(c, -1) if c is not None else -1 for _, c in monos], dtype=np.int64
         ),
         xla_live=np.array(coefs, dtype=np.int64).reshape(len(monos), -1),
-        packed=_packed_terms(sf, config.spaces, packed_products(lowered)),
+        packed=_packed_terms(base.terms or flop_terms(sf), config.spaces, packed_products(lowered)),
     )
 
 
