@@ -491,9 +491,9 @@ def test_fit_to_budget_plans_tighter_while_xla_measures_over(monkeypatch):
     budget = 1 << 20
     real, seen = verify.xla_bytes, []
 
-    def over_once(program):  # XLA "measures" the first plan at twice the budget
+    def over_once(program, measure_only=False):  # XLA "measures" the first plan at 2x
         seen.append(program.schedule.annotated.plan)
-        return 2 * budget if len(seen) == 1 else real(program)
+        return 2 * budget if len(seen) == 1 else real(program, measure_only=measure_only)
 
     monkeypatch.setattr(verify, "xla_bytes", over_once)
     build = partial(_build_program, forest)
@@ -501,7 +501,7 @@ def test_fit_to_budget_plans_tighter_while_xla_measures_over(monkeypatch):
     assert len(seen) == 2 and seen[0] != seen[1]
     assert real(prog) <= budget
 
-    monkeypatch.setattr(verify, "xla_bytes", lambda program: 2 * budget)
+    monkeypatch.setattr(verify, "xla_bytes", lambda program, measure_only=False: 2 * budget)
     with pytest.raises(sq.MemoryBudgetError, match="measures over the budget in XLA") as err:
         verify.fit_to_budget(forest, budget, build)
     assert err.value.smallest_feasible == 2 * budget
@@ -517,7 +517,7 @@ def test_fit_to_budget_tries_the_next_plan_then_tightens_by_what_xla_measured(mo
     budget = 2 << 20  # the model fits `a` in 17 batches, 19 at the scaled target, 20 with headroom
     real, seen = verify.xla_bytes, []
 
-    def over_twice(program):
+    def over_twice(program, measure_only=False):
         seen.append(program.schedule.annotated.plan)
         return budget + budget // 20 if len(seen) <= 2 else real(program)
 
@@ -554,7 +554,7 @@ def test_fit_to_budget_measures_each_distinct_program_once(monkeypatch):
         built.append(_build_program(forest, plan))
         return built[-1]
 
-    def over(program):
+    def over(program, measure_only=False):
         measured.append(str(program.lowered))
         return 2 * budget
 
@@ -579,9 +579,9 @@ def test_fit_to_budget_first_tries_the_plan_without_headroom(monkeypatch):
     budget = 1 << 20
     real, seen = verify.xla_bytes, []
 
-    def spy(program):
+    def spy(program, measure_only=False):
         seen.append(program.schedule.annotated.plan)
-        return real(program)
+        return real(program, measure_only=measure_only)
 
     monkeypatch.setattr(verify, "xla_bytes", spy)
     prog = verify.fit_to_budget(forest, budget, partial(_build_program, forest))
@@ -590,6 +590,55 @@ def test_fit_to_budget_first_tries_the_plan_without_headroom(monkeypatch):
     assert relaxed.spaces[0].batches < usual.spaces[0].batches
     assert seen == [relaxed] and prog.schedule.annotated.plan == relaxed
     assert real(prog) <= budget < math.ceil(prog.memory_bytes * XLA_HEADROOM)
+
+
+@pytest.fixture(scope="module")
+def small_ccsd_programs():
+    """Spin-orbital CCSD at i=4, a=12 under three plans, unbatched first."""
+    text, spaces = load_equations("ccsd_so"), sq.Spaces(i=4, a=12)
+    plans = [
+        BatchPlan(),
+        BatchPlan.of({"a": 3}, external_modes="first", sums="sequenced"),
+        BatchPlan.of({"a": {"batches": 4, "roles": "external"}, "i": 2}, hoist="invariant"),
+    ]
+    return [sq.compile(text, spaces, pair_symmetry=True, batch=plan) for plan in plans]
+
+
+def test_a_compile_that_only_measures_reads_the_figures_of_the_running_one(
+    small_ccsd_programs,
+):
+    """measure_only compiles at LLVM's lowest optimization: XLA assigns the same buffers
+    (the figures fit_to_budget decides on), and keeps no executable."""
+    for prog in small_ccsd_programs:
+        quick = xla_bytes(prog, measure_only=True)
+        assert not prog.aot._executables  # nothing kept for running
+        assert quick == xla_bytes(prog)
+        assert len(prog.aot._executables) == 1
+
+
+def test_fit_to_budget_compiles_for_running_only_the_plan_it_keeps(monkeypatch):
+    """A plan predicted close to the budget is measured by a compile that only measures;
+    the program kept compiles for running at its first call, once."""
+    text, spaces = load_equations("ccsd_so"), sq.Spaces(i=4, a=12)
+    budget = xla_bytes(sq.compile(text, spaces, pair_symmetry=True)) // 6
+    real, seen = verify.xla_bytes, []
+
+    def spy(program, measure_only=False):
+        seen.append((program, measure_only))
+        return real(program, measure_only=measure_only)
+
+    monkeypatch.setattr(verify, "xla_bytes", spy)
+    prog = sq.compile(text, spaces, pair_symmetry=True, memory_budget=budget)
+    assert seen and seen[-1][0] is prog
+    for program, measure_only in seen:  # near the budget: measured only
+        assert measure_only == (program.memory_bytes > verify.LIKELY_FIT * budget)
+    assert any(measure_only for _, measure_only in seen)  # (the first plan: 0.93 predicted)
+    kept_for_running = 0 if seen[-1][1] else 1
+    assert len(prog.aot._executables) == kept_for_running
+    x = random_blocks(prog.schedule.annotated.forest, seed=2)
+    prog(x)
+    assert len(prog.aot._executables) == 1
+    assert real(prog) <= budget
 
 
 def test_a_plan_cache_reuses_schedules_across_budgets(ccd, monkeypatch):

@@ -45,9 +45,10 @@ def test_batched_ccsd_equals_unbatched(unbatched):
 
 
 def test_a_budgeted_solve_runs_the_program_xla_measured(unbatched, monkeypatch):
-    """Under ``memory_budget`` the iterations call the residual program's executable that
-    ``fit_to_budget`` compiled to measure XLA's memory, on the integrals cut into its
-    blocks once: not traced into the solver's own jit (compiled again, packed anew)."""
+    """Under ``memory_budget`` the iterations call the residual program's own executable
+    for the blocks ``fit_to_budget`` measured (compiled there, or at the first call where
+    it was only measured), on the integrals cut into its blocks once: not traced into the
+    solver's own jit (compiled again, packed anew)."""
     calls = []
     call = AotJit.__call__
 
@@ -62,7 +63,7 @@ def test_a_budgeted_solve_runs_the_program_xla_measured(unbatched, monkeypatch):
     assert str(prog.schedule.annotated.plan) != "BatchPlan()"  # batched, to fit
     traced = [t for aot, t in calls if aot is prog.aot]
     assert len(traced) >= run.result.iterations and not any(traced)
-    assert len(prog.aot._executables) == 1  # the measured one: the same input blocks
+    assert len(prog.aot._executables) == 1  # one, for the measured input blocks
     assert xla_bytes(prog) <= budget
     assert run.result.converged and abs(run.e_corr - unbatched.e_corr) < 1e-10
 

@@ -15,9 +15,14 @@ the headroom chose a plan at 3.0-5.5x). Over the budget, it plans for that first
 scaled by ``budget / measured`` (where that is looser than the headroom), then with the
 headroom, then, while XLA's temporaries + outputs still exceed the budget, for the
 budget scaled by ``budget / measured``. A failed try costs one more XLA compile (the planner's
-schedules are reused: :class:`~sq_jax.budget.search.PlanCache`). The executable is kept
-by the program: a later call with exactly those blocks (as the CC drivers pass them)
-runs it without compiling again.
+schedules are reused: :class:`~sq_jax.budget.search.PlanCache`). A plan the model
+predicts well inside the budget (:data:`LIKELY_FIT`) is compiled for running, and the
+executable kept by the program: a later call with exactly those blocks (as the CC
+drivers pass them) runs it without compiling again. One predicted close to the budget
+is measured with a compile that only reads XLA's figures (:func:`xla_bytes`'s
+``measure_only``: LLVM's lowest optimization, the same buffers, 2-4x faster), and
+compiled for running at its first call: a plan measured over the budget then costs a
+third of a compile.
 
 Known limitation: programs over a device mesh are not checked (their figures are per
 device), and a backend without ``memory_analysis()`` is taken at the model's word (with
@@ -46,6 +51,7 @@ from .._errors import MemoryBudgetError
 from .._units import format_bytes, parse_bytes
 from ..forest.inputs import input_specs
 from ..forest.nodes import Forest
+from ..lower.aot import measure_options
 from ..lower.program import Program
 from ..plan.batch import BatchPlan
 from .model import XLA_HEADROOM
@@ -61,12 +67,23 @@ before the budget is declared infeasible."""
 _MARGIN = 0.97
 """Tighten a little beyond the measured ratio: XLA's figures move in steps."""
 
+LIKELY_FIT = 0.9
+"""A plan the model predicts at most this share of the budget is compiled for running
+when XLA measures it (it will most likely be kept: XLA measured W3's chosen plans at
+0.99-1.12x their predictions); closer to the budget, it is measured with
+:func:`~sq_jax.lower.aot.measure_options` (2-4x faster to compile) and compiled for
+running at its first call only if it fits. Three of W3's four first plans, predicted at
+0.965-0.997 of their budgets, measured over them."""
 
-def xla_bytes(program: Program) -> int | None:
+
+def xla_bytes(program: Program, *, measure_only: bool = False) -> int | None:
     """XLA's temporaries + outputs of ``program`` for its input blocks (``None``: unknown).
 
     Args:
         program: a compiled :class:`~sq_jax.lower.program.Program` without a mesh.
+        measure_only: compile with :func:`~sq_jax.lower.aot.measure_options` (the same
+            figures, compiled 2-4x faster) and keep nothing; by default the executable
+            a call with those blocks runs is compiled, and kept by the program.
 
     Returns:
         ``temp_size_in_bytes + output_size_in_bytes`` of the executable a call with the
@@ -75,14 +92,19 @@ def xla_bytes(program: Program) -> int | None:
     Example:
         >>> import sq_jax as sq
         >>> prog = sq.compile("R{a1;i1} = f{a1;a2} t{a2;i1}", sq.Spaces(i=50, a=400))
-        >>> xla_bytes(prog)  # the 400 x 50 result
-        160000
+        >>> xla_bytes(prog), xla_bytes(prog, measure_only=True)  # the 400 x 50 result
+        (160000, 160000)
     """
     blocks = {
         spec.block_key: jax.ShapeDtypeStruct(spec.shape, np.float64)
         for spec in input_specs(program.schedule.annotated.forest)
     }
-    stats = program.aot.compiled(blocks).memory_analysis()
+    options = measure_options() if measure_only else None
+    if options is None:
+        executable = program.aot.compiled(blocks)
+    else:
+        executable = program.aot.lowered(blocks).compile(options)
+    stats = executable.memory_analysis()
     if stats is None:
         return None
     return int(stats.temp_size_in_bytes + stats.output_size_in_bytes)
@@ -171,7 +193,8 @@ def fit_to_budget(
                 # that loops cut, say): its figure stands, with no second compile
                 text = str(program.lowered)
                 if text not in figures:
-                    figures[text] = xla_bytes(program)
+                    unsure = program.memory_bytes > LIKELY_FIT * limit
+                    figures[text] = xla_bytes(program, measure_only=unsure)
                 measured = figures[text]
             if measured is None and attempt == 0:
                 break  # unchecked: only the model with its headroom is taken at its word
