@@ -566,6 +566,32 @@ def test_fit_to_budget_measures_each_distinct_program_once(monkeypatch):
     assert sorted(measured) == sorted(set(lowerings))  # each measured once
 
 
+def test_fit_to_budget_tries_a_trimmed_plans_fallbacks_only_after_a_large_miss(monkeypatch):
+    # closed-shell CCSD: the first plan keeps 12 products whole; XLA "measures" it one
+    # byte over the budget. Above TRIM_MISS x its prediction, the same counts with fewer
+    # products whole come next; within it, the next plan at the same target
+    text, spaces = load_equations("ccsd_cs"), sq.Spaces(i=4, a=12)
+    forest = replace(sq.build_forest(sq.parse(text), spaces), pair_symmetry=True)
+    budget = xla_bytes(sq.compile(text, spaces, pair_symmetry=True)) // 3
+    cache = search.PlanCache()
+    monkeypatch.setattr(verify, "PlanCache", lambda: cache)  # both runs plan once
+    for trim_miss, fallbacks in [(100.0, False), (1.0, True)]:
+        seen = []
+
+        def over_once(program, measure_only=False, seen=seen):  # then the next one fits
+            seen.append(program.schedule.annotated.plan)
+            return budget + 1 if len(seen) == 1 else budget - 1
+
+        monkeypatch.setattr(verify, "xla_bytes", over_once)
+        monkeypatch.setattr(verify, "TRIM_MISS", trim_miss)
+        verify.fit_to_budget(forest, budget, partial(_build_program, forest))
+        assert seen[0].whole and len(seen) == 2
+        same_counts = replace(seen[1], whole=frozenset()) == replace(seen[0], whole=frozenset())
+        assert same_counts == fallbacks
+        if fallbacks:
+            assert seen[1].whole < seen[0].whole
+
+
 def _build_program(forest, plan):
     scheduled = schedule_forest(forest, plan)
     return make_program(scheduled, lower_schedule(scheduled))
