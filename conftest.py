@@ -92,3 +92,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if path is not None:
         shutil.rmtree(path, ignore_errors=True)
         os.environ.pop(_CACHE_ENV, None)
+
+
+@pytest.fixture(autouse=True)
+def _budget_plans_forgotten() -> None:
+    """Every test and doctest plans its own budgets.
+
+    ``sq.compile`` remembers the plan it chose for a budgeted request for the rest of the
+    process (``BUDGET_PLANS_KEPT``): a test that watches the search would otherwise see an
+    earlier test's plan taken.
+    """
+    import sq_jax
+
+    sq_jax.clear_budget_plans()

@@ -729,6 +729,34 @@ def test_an_infeasible_budget_reports_the_smallest_peak_of_every_configuration(c
     assert pruned_error.value.plan == every_error.value.plan
 
 
+def test_the_same_budgeted_compile_again_takes_the_plan_chosen_before(monkeypatch):
+    from sq_jax import _pipeline
+
+    text = "R{a1;i1} = g{a1,a2;i1,i2} t{a2;i2} + f{a1;a2} t{a2;i1}"
+    spaces, budget = sq.Spaces(i=20, a=100), 1 << 20  # unbatched: a 32 MB copy of g
+    real, searches = _pipeline.fit_to_budget, []
+
+    def counting(forest, memory_budget, build):
+        searches.append(memory_budget)
+        return real(forest, memory_budget, build)
+
+    monkeypatch.setattr(_pipeline, "fit_to_budget", counting)
+    first = sq.compile(text, spaces, memory_budget=budget)
+    assert first.schedule.annotated.plan != BatchPlan() and len(searches) == 1
+    again = sq.compile(text, spaces, memory_budget="1 MiB")  # the same bytes
+    assert len(searches) == 1  # no search: the plan chosen before, built again
+    assert again.schedule.annotated.plan == first.schedule.annotated.plan
+    assert str(again.lowered) == str(first.lowered)
+    sq.compile(text, spaces, memory_budget=budget - 4096)  # another budget
+    sq.compile(text, sq.Spaces(i=20, a=90), memory_budget=budget)  # other extents
+    sq.compile(text, spaces, memory_budget=budget, outputs=("R",))  # another option
+    sq.compile(text.replace("f{", "h{"), spaces, memory_budget=budget)  # other equations
+    assert len(searches) == 5
+    sq.clear_budget_plans()
+    sq.compile(text, spaces, memory_budget=budget)
+    assert len(searches) == 6
+
+
 def test_a_mesh_program_unchecked_by_xla_keeps_the_headroom():
     # XLA's figures are not read on a mesh: the first try (no headroom) is skipped
     import jax

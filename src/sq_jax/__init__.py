@@ -26,6 +26,7 @@ from ._errors import PlanError as PlanError  # noqa: E402
 from ._errors import ScheduleError as ScheduleError  # noqa: E402
 from ._errors import SpaceError as SpaceError  # noqa: E402
 from ._errors import SqJaxError as SqJaxError  # noqa: E402
+from ._pipeline import clear_budget_plans as clear_budget_plans  # noqa: E402
 from ._pipeline import compile as compile  # noqa: E402
 from ._units import format_bytes as format_bytes  # noqa: E402
 from ._units import parse_bytes as parse_bytes  # noqa: E402

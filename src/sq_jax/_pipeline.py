@@ -15,6 +15,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from ._errors import InputError, PlanError
+from ._units import parse_bytes
 from .budget import fit_to_budget
 from .budget.structure import cheapest_structure
 from .expr.nodes import Equation
@@ -29,7 +30,7 @@ from .lower.shard import make_shard_plan
 from .plan.batch import BatchPlan, check_mode_order
 from .schedule import ScheduledForest, schedule_forest
 
-__all__ = ["compile"]
+__all__ = ["BUDGET_PLANS_KEPT", "clear_budget_plans", "compile"]
 
 
 def _user_plan(batch: BatchPlan | Mapping[str, Any] | None, forest: Forest) -> BatchPlan:
@@ -95,7 +96,9 @@ def compile(
             does not need are kept whole, :mod:`sq_jax.budget.trim`), then compiled and
             held to XLA's own ``memory_analysis()`` for its input blocks, planning
             tighter while XLA measures over the budget
-            (:func:`~sq_jax.budget.fit_to_budget`). Exclusive with ``batch``.
+            (:func:`~sq_jax.budget.fit_to_budget`). Exclusive with ``batch``. The same
+            request again in this process takes the plan chosen then, without searching
+            (:data:`BUDGET_PLANS_KEPT`; :func:`clear_budget_plans`).
         mesh: a one-axis ``jax.sharding.Mesh``: the batches of the outermost loop of
             each nest are split over its devices (``docs/sharding.md``); inputs and
             results are replicated. ``None``: one device.
@@ -168,5 +171,50 @@ def compile(
             f"got both batch={batch!r} and memory_budget={memory_budget!r}; pass one: "
             "batch= fixes the plan, memory_budget= lets sq_jax choose it."
         )
-    # the planner's choice, held to XLA's own figures (tightened while it measures over)
-    return fit_to_budget(forest, memory_budget, build)
+    # the planner's choice, held to XLA's own figures (tightened while it measures over);
+    # the same request again in this process takes the plan it chose (the search and
+    # XLA's checks are deterministic), and only builds it
+    key = None
+    if shard is None:
+        key = (
+            equations if isinstance(equations, str) else eqs,
+            spaces,
+            remat,
+            mode_order,
+            parse_bytes(memory_budget),
+            None if outputs is None else tuple(outputs),
+            dress,
+            pair_symmetry,
+            frozenset(fixed_inputs),
+        )
+        plan = _BUDGET_PLANS.get(key)
+        if plan is not None:
+            return build(plan)
+    program = fit_to_budget(forest, memory_budget, build)
+    if key is not None:
+        while len(_BUDGET_PLANS) >= BUDGET_PLANS_KEPT:
+            del _BUDGET_PLANS[next(iter(_BUDGET_PLANS))]  # the oldest first
+        _BUDGET_PLANS[key] = program.schedule.annotated.plan
+    return program
+
+
+BUDGET_PLANS_KEPT = 64
+"""Budgeted compiles whose plans this process remembers. A compile with the same
+equations, spaces, options and ``memory_budget`` as one before takes the plan chosen
+then: no search, no XLA check (both are deterministic for one process), only the build;
+a CC calculation repeated at the same sizes (a scan over geometries, a notebook cell run
+again) pays the planner once. ``clear_budget_plans`` forgets them."""
+
+_BUDGET_PLANS: dict[tuple, BatchPlan] = {}
+
+
+def clear_budget_plans() -> None:
+    """Forget the plans budgeted compiles chose (the next ones search again).
+
+    Example:
+        >>> import sq_jax as sq
+        >>> sq.clear_budget_plans()
+        >>> len(_BUDGET_PLANS)
+        0
+    """
+    _BUDGET_PLANS.clear()
