@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import replace
 from functools import partial
 
+import jax
 import numpy as np
 import pytest
 
@@ -620,29 +622,59 @@ def test_fit_to_budget_first_tries_the_plan_without_headroom(monkeypatch):
 
 @pytest.fixture(scope="module")
 def small_ccsd_programs():
-    """Spin-orbital CCSD at i=4, a=12 under three plans, unbatched first."""
+    """Spin-orbital CCSD at i=4, a=12 under two batched plans."""
     text, spaces = load_equations("ccsd_so"), sq.Spaces(i=4, a=12)
     plans = [
-        BatchPlan(),
         BatchPlan.of({"a": 3}, external_modes="first", sums="sequenced"),
         BatchPlan.of({"a": {"batches": 4, "roles": "external"}, "i": 2}, hoist="invariant"),
     ]
     return [sq.compile(text, spaces, pair_symmetry=True, batch=plan) for plan in plans]
 
 
+@pytest.fixture
+def measuring(monkeypatch):
+    """Measuring compiles as users get them: the test run's XLA_FLAGS compile everything at
+    LLVM's lowest level, where ``measure_options`` leaves measuring to the running compile
+    (it costs the same). XLA read its flags when it started: this changes only that."""
+    flags = os.environ.get("XLA_FLAGS", "").replace("--xla_backend_optimization_level=0", "")
+    monkeypatch.setenv("XLA_FLAGS", flags)
+
+
+def test_the_test_runs_measure_with_the_running_compile():
+    """The test run compiles at level 0 already (conftest.py): measuring compiles would
+    double its compiles, so xla_bytes keeps the running one (and its executable)."""
+    from sq_jax.lower.aot import measure_options
+
+    assert "--xla_backend_optimization_level=0" in os.environ["XLA_FLAGS"]
+    assert measure_options() is None
+
+
 def test_a_compile_that_only_measures_reads_the_figures_of_the_running_one(
-    small_ccsd_programs,
+    small_ccsd_programs, measuring
 ):
     """measure_only compiles at LLVM's lowest optimization: XLA assigns the same buffers
-    (the figures fit_to_budget decides on), and keeps no executable."""
+    as at its default level (the figures fit_to_budget decides on), and keeps no
+    executable. The test run's XLA_FLAGS set level 0 for every compile: the default
+    level is asked for explicitly here."""
+    from sq_jax.lower.aot import compiler_options
+
+    blocks = {
+        spec.block_key: jax.ShapeDtypeStruct(spec.shape, np.float64)
+        for spec in input_specs(small_ccsd_programs[0].schedule.annotated.forest)
+    }
     for prog in small_ccsd_programs:
         quick = xla_bytes(prog, measure_only=True)
         assert not prog.aot._executables  # nothing kept for running
+        optimised = prog.aot.lowered(blocks).compile(
+            {**compiler_options(), "xla_backend_optimization_level": 3}
+        )
+        stats = optimised.memory_analysis()
+        assert quick == stats.temp_size_in_bytes + stats.output_size_in_bytes
         assert quick == xla_bytes(prog)
         assert len(prog.aot._executables) == 1
 
 
-def test_fit_to_budget_compiles_for_running_only_the_plan_it_keeps(monkeypatch):
+def test_fit_to_budget_compiles_for_running_only_the_plan_it_keeps(monkeypatch, measuring):
     """A plan predicted close to the budget is measured by a compile that only measures;
     the program kept compiles for running at its first call, once."""
     text, spaces = load_equations("ccsd_so"), sq.Spaces(i=4, a=12)

@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -55,15 +56,21 @@ benzene/cc-pVDZ 4.5-4.9 s to 1.1-1.6 s, the same bytes), but the code runs 4x sl
 def measure_options() -> dict[str, str | bool | int] | None:
     """XLA options for a compile that only reads XLA's memory figures (``None``: none).
 
-    :func:`compiler_options` with :data:`MEASURE_OPTIONS` where XLA accepts them; on
-    other backends ``None`` (measure with the running options).
+    :func:`compiler_options` with :data:`MEASURE_OPTIONS` where XLA accepts them;
+    ``None`` (measure with the running options, and keep that executable) on other
+    backends, and where ``XLA_FLAGS`` already compile everything at the lowest level
+    (the test run does): a measuring compile would then cost a running one.
 
     Example:
-        >>> measure_options()["xla_backend_optimization_level"]  # on CPU
-        0
+        >>> import os
+        >>> options = measure_options()  # on CPU
+        >>> "--xla_backend_optimization_level=0" in os.environ.get("XLA_FLAGS", "") or (
+        ...     options["xla_backend_optimization_level"] == 0
+        ... )
+        True
     """
     options = compiler_options()
-    if options is None:
+    if options is None or "--xla_backend_optimization_level=0" in os.environ.get("XLA_FLAGS", ""):
         return None
     return {**options, **_accepted_measure_options()}
 
