@@ -586,7 +586,8 @@ def test_fit_to_budget_tries_a_trimmed_plans_fallbacks_only_after_a_large_miss(m
 
         monkeypatch.setattr(verify, "xla_bytes", over_once)
         monkeypatch.setattr(verify, "TRIM_MISS", trim_miss)
-        verify.fit_to_budget(forest, budget, partial(_build_program, forest))
+        # (widen=False: no widened first try before each plan, tests/test_widen.py)
+        verify.fit_to_budget(forest, budget, partial(_build_program, forest), widen=False)
         assert seen[0].whole and len(seen) == 2
         same_counts = replace(seen[1], whole=frozenset()) == replace(seen[0], whole=frozenset())
         assert same_counts == fallbacks
@@ -768,9 +769,9 @@ def test_the_same_budgeted_compile_again_takes_the_plan_chosen_before(monkeypatc
     spaces, budget = sq.Spaces(i=20, a=100), 1 << 20  # unbatched: a 32 MB copy of g
     real, searches = _pipeline.fit_to_budget, []
 
-    def counting(forest, memory_budget, build):
+    def counting(forest, memory_budget, build, **options):
         searches.append(memory_budget)
-        return real(forest, memory_budget, build)
+        return real(forest, memory_budget, build, **options)
 
     monkeypatch.setattr(_pipeline, "fit_to_budget", counting)
     first = sq.compile(text, spaces, memory_budget=budget)

@@ -190,7 +190,7 @@ def compile(
         plan = _BUDGET_PLANS.get(key)
         if plan is not None:
             return build(plan)
-    program = fit_to_budget(forest, memory_budget, build)
+    program = fit_to_budget(forest, memory_budget, build, widen=shard is None)
     if key is not None:
         while len(_BUDGET_PLANS) >= BUDGET_PLANS_KEPT:
             del _BUDGET_PLANS[next(iter(_BUDGET_PLANS))]  # the oldest first

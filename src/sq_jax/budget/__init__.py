@@ -3,8 +3,8 @@
 A stage of its own, above the lowering: it schedules and lowers every candidate
 configuration to price it. :mod:`.model` prices one configuration as functions of the
 batch counts, :mod:`.search` finds the cheapest plan that fits, :mod:`.trim` keeps whole
-the products whose contracted loops it does not need, :mod:`.explain` says why none
-does.
+the products whose contracted loops it does not need, :mod:`.widen` runs the loops
+whose nests leave room in fewer batches, :mod:`.explain` says why none does.
 
 Users say how much memory they have, not which modes to batch. :func:`plan_for_budget`
 chooses the batched spaces, their roles (external / contracted) and their batch counts
@@ -65,6 +65,13 @@ whole (``BatchPlan.whole``: no contracted loop) while the plan's requirement doe
 grow and its FLOPs do not rise, within a few dozen trial schedules. Where XLA measures a
 trimmed plan over the budget, :func:`fit_to_budget` takes the same plan with only its heavy
 products whole (:func:`~.trim.heavy_products_only`), then untrimmed.
+
+**Widen.** One batch count per space is set by the nest where the memory binds; every
+other loop of the space runs as many batches. :func:`fit_to_budget` first tries each
+plan with the loops whose nests leave room in larger blocks of their own
+(``BatchPlan.loop_blocks``, :func:`~.widen.widen_loops`: each block dividing the extent,
+two batches at least, the model's peak no higher than the plan's), then, where XLA
+measures that over the budget, the plan as it is.
 
 References: SeQuant's batched evaluation (``docs/schedule.md``); cotengra's
 slicing search for the idea of pricing recomputation against memory (not its code).

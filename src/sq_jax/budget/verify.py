@@ -54,9 +54,11 @@ from ..forest.nodes import Forest
 from ..lower.aot import measure_options
 from ..lower.program import Program
 from ..plan.batch import BatchPlan
+from ..schedule import schedule_forest
 from .model import XLA_HEADROOM
 from .search import PlanCache, plan_for_budget
 from .trim import heavy_products_only
+from .widen import widen_loops
 
 __all__ = ["fit_to_budget", "xla_bytes"]
 
@@ -122,7 +124,11 @@ def xla_bytes(program: Program, *, measure_only: bool = False) -> int | None:
 
 
 def fit_to_budget(
-    forest: Forest, budget: int | str, build: Callable[[BatchPlan], Program]
+    forest: Forest,
+    budget: int | str,
+    build: Callable[[BatchPlan], Program],
+    *,
+    widen: bool = True,
 ) -> Program:
     """The program of the cheapest plan whose XLA memory fits ``budget``.
 
@@ -130,6 +136,9 @@ def fit_to_budget(
         forest: the eval forest to plan.
         budget: bytes (or text such as ``"2 GiB"``) for XLA's temporaries + outputs.
         build: makes the program of a plan (schedule, lower, jit).
+        widen: first try each plan with its loops widened where their nests leave room
+            (:func:`~sq_jax.budget.widen.widen_loops`); ``sq.compile`` leaves it out
+            for a program over a device mesh, whose root loops are split over devices.
 
     Returns:
         The program; ``xla_bytes(program) <= budget`` where XLA reports its figures.
@@ -178,7 +187,7 @@ def fit_to_budget(
         else:
             target = int(target * limit / tried[-1][0] * _MARGIN)
         try:
-            exclude = {replace(p, whole=frozenset()) for p in over}
+            exclude = {replace(p, whole=frozenset(), loop_blocks=frozenset()) for p in over}
             plan = plan_for_budget(forest, target, cache=cache, exclude=exclude)
         except MemoryBudgetError as err:
             if attempt == 0:
@@ -192,7 +201,7 @@ def fit_to_budget(
         # buffers its own way (spin-orbital CCSD at H2O/cc-pVDZ sizes, a quarter of the
         # memory: 4.2 MiB for 4.0 with 42 products whole, 3.9 with the 18 heavy ones or
         # with none; its memory-usage report holds the same large buffers either way)
-        for each in _plan_and_fallbacks(forest, plan):
+        for each in _plan_and_fallbacks(forest, plan, target if widen else None):
             if each in over:
                 continue  # measured over the budget already
             if each not in built:  # a mesh program's first try is built, never measured
@@ -213,17 +222,24 @@ def fit_to_budget(
                 return program
             tried.append((measured, program))
             over.add(each)
-            if each is plan and each.whole and measured <= TRIM_MISS * program.memory_bytes:
+            if each == plan and each.whole and measured <= TRIM_MISS * program.memory_bytes:
                 break  # the model's usual miss: its fallbacks are no better (TRIM_MISS)
     raise _over_budget(limit, tried, None)  # the second try always builds: tried is full
 
 
-def _plan_and_fallbacks(forest: Forest, plan: BatchPlan) -> Iterator[BatchPlan]:
-    """``plan``, then the same with only its heavy products whole, then with none.
+def _plan_and_fallbacks(
+    forest: Forest, plan: BatchPlan, widen_to: int | None
+) -> Iterator[BatchPlan]:
+    """``plan`` widened, ``plan``, then with only its heavy products whole, then with none.
 
-    The second is made only when asked for (one more schedule), and only when ``plan``
-    keeps products whole.
+    The first where ``widen_to`` is given (the target the plan was chosen for) and a loop
+    widens (:func:`~sq_jax.budget.widen.widen_loops`). Each is made only when asked for
+    (one more schedule), the last two only when ``plan`` keeps products whole.
     """
+    if widen_to is not None:
+        widened = widen_loops(forest, schedule_forest(forest, plan), widen_to)
+        if widened.loop_blocks:
+            yield widened  # XLA measured over: the same plan with its space's blocks
     yield plan
     if plan.whole:
         heavy = heavy_products_only(forest, plan)

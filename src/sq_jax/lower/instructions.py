@@ -38,7 +38,7 @@ import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from .._errors import LoweringError
+from .._errors import LoweringError, PlanError
 from ..expr.nodes import Index
 from ..forest.dump import expr_text
 from ..forest.inputs import block_key
@@ -90,6 +90,8 @@ class _Walk:
     symmetries: Mapping[str, frozenset[ValueSymmetry]] | None = None
     """Per node key, its symmetries when the forest trusts its inputs' declared ones
     (``Forest.pair_symmetry``): products over symmetric pairs are packed."""
+    loop_blocks: Mapping[LoopId, int] = field(default_factory=dict)
+    """Loops with a block of their own (:attr:`~sq_jax.plan.batch.BatchPlan.loop_blocks`)."""
 
     def name(self, v: int) -> str:
         cell = self.sf.rich.cells[v]
@@ -479,17 +481,19 @@ class _Walk:
                 )
             carries.append((v, dims))
             outer[v] = dims
-        ann = self.sf.annotated
+        extent, block = self.extent(blk.axis), self.sf.annotated.block_of(blk.axis)
+        own = min(self.loop_blocks.get(me, block), extent)
         return Loop(
             me,
             blk.axis,
             blk.kind,
-            self.extent(blk.axis),
-            ann.block_of(blk.axis),
+            extent,
+            own,
             tuple(body),
             tuple(sums),
             tuple(scatters),
             tuple(carries),
+            own_block=own != block,
         )
 
 
@@ -540,9 +544,20 @@ def lower_schedule(
     }
     forest = sf.annotated.forest
     syms = value_symmetries(forest) if forest.pair_symmetry else None
-    walk = _Walk(sf, rec_at, owner, built, crossing, symmetries=syms)
+    own = dict(sf.annotated.plan.loop_blocks)
+    walk = _Walk(sf, rec_at, owner, built, crossing, symmetries=syms, loop_blocks=own)
     state: dict[int, tuple[tuple[int, LoopId | None], ...]] = {}
     body = walk.body(sf.ordered.root, state, [])
+    have = {blk.loop for blk, _ in sf.ordered.walk() if not blk.is_root} if own else set()
+    unknown = sorted(set(own) - have)
+    if unknown:
+        raise PlanError(
+            "loop_blocks names loop(s) "
+            + ", ".join(f"{space}#{slot}" for space, slot in unknown)
+            + " that the schedule does not have (its loops: "
+            + (", ".join(f"{space}#{slot}" for space, slot in sorted(have)) or "none")
+            + "); name loops as `str(program.lowered)` shows them, or leave loop_blocks out."
+        )
     results = []
     for root, v in zip(sf.annotated.forest.roots, rich.root_values, strict=True):
         occ = next(o for o in rich.cells[v].occurrences if o.is_root and o.node is root.node)

@@ -232,6 +232,10 @@ class Loop:
     """``(input key, transpose)`` of the transposed copies of whole inputs made once
     before the first batch, for the products inside that read them
     (:mod:`sq_jax.lower.copies`)."""
+    own_block: bool = False
+    """Whether ``block`` is the loop's own, larger than its space's
+    (:attr:`~sq_jax.plan.batch.BatchPlan.loop_blocks`): the memory model then prices the
+    loop at that block whatever its space's."""
     derived: dict[str, object] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
@@ -308,7 +312,8 @@ class Loop:
         """The loop as indented text lines."""
         pad = "  " * indent
         space, slot = self.loop
-        head = f"{pad}loop {space}#{slot} extent {self.extent} block {self.block} {self.kind}"
+        own = " (own)" if self.own_block else ""
+        head = f"{pad}loop {space}#{slot} extent {self.extent} block {self.block}{own} {self.kind}"
         if self.copies:
             made = (f"{key}.T{perm}".replace(" ", "") for key, perm in self.copies)
             head += ", copies " + ", ".join(made)

@@ -41,7 +41,10 @@ after the one that makes the largest value to run after it
 is a monomial in the block sizes of the batched spaces, and buffers that exist only
 when a space's block size does not divide its extent carry that condition — so one
 model prices every batch count of a plan's role choice (the memory-budget planner,
-:mod:`sq_jax.budget`, relies on this). Inputs are not counted: they are the
+:mod:`sq_jax.budget`, relies on this). A loop with a block of its own
+(``Loop.own_block``) is a variable of its own, named ``space#slot``; with
+``per_loop=True`` every loop is (:mod:`sq_jax.budget.widen` prices each loop's block
+apart). Inputs are not counted: they are the
 caller's arguments.
 
 XLA may do better (it fuses elementwise chains and can reuse an operand's buffer for
@@ -75,6 +78,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ..schedule.ir import LoopId
@@ -100,7 +104,17 @@ needs (``None``: always there). Its size is ``coef * prod(block[space] ** power)
 
 
 _Blocks = Mapping[str, int] | None
-"""Block size per batched space (``None``: the lowered program's own)."""
+"""Block size per batched space or loop variable (``None``: the lowered program's own)."""
+
+_LOOP_NAMES: ContextVar[Mapping[LoopId, str] | None] = ContextVar("_LOOP_NAMES", default=None)
+"""While :func:`memory_model` walks a program: the loops that are variables of their own
+(``space#slot``); any other loop's variable is its space."""
+
+
+def _var(loop: LoopId) -> str:
+    """The model's variable for the block of ``loop``."""
+    names = _LOOP_NAMES.get()
+    return loop[0] if names is None else names.get(loop, loop[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,10 +129,17 @@ class MemoryModel:
     """Extent of every batched space (to tell an uneven last batch)."""
     blocks: tuple[tuple[str, int], ...] = ()
     """The lowered program's own block sizes: the default of every ``blocks`` argument."""
+    fixed: tuple[tuple[str, int], ...] = ()
+    """Blocks of the loops with blocks of their own (``Loop.own_block``): kept when a
+    ``blocks`` argument prices their spaces at other sizes."""
 
     def _full(self, blocks: _Blocks) -> tuple[dict[str, int], dict[str, int]]:
         extents = dict(self.extents)
-        return {**extents, **dict(self.blocks if blocks is None else blocks)}, extents
+        return {
+            **extents,
+            **dict(self.fixed),
+            **dict(self.blocks if blocks is None else blocks),
+        }, extents
 
     def items_at(self, point: int, blocks: _Blocks = None) -> list[tuple[str, int]]:
         """The live buffers at ``point`` in bytes, largest first."""
@@ -187,7 +208,8 @@ def _size(dims: Iterable[tuple[int, LoopId | None]], cut: Mapping[int, LoopId] =
         if loop is None:
             coef *= extent
         else:
-            powers[loop[0]] = powers.get(loop[0], 0) + 1
+            name = _var(loop)
+            powers[name] = powers.get(name, 0) + 1
     if not powers:
         return Counter({((), None): coef + ALIGNMENT})
     return Counter({(tuple(sorted(powers.items())), None): coef, ((), None): ALIGNMENT})
@@ -604,7 +626,7 @@ class _Walker:
         figure on spin-orbital CCSD with ``{"a": 2, "i": 2}`` (i=10, a=16); charged once,
         1.3x.
         """
-        space, name = lp.loop[0], f"loop {lp.loop[0]}#{lp.loop[1]}"
+        space, name = _var(lp.loop), f"loop {lp.loop[0]}#{lp.loop[1]}"
         hoisted = _hoisted(lp, done)
         reads = whole_input_copies(lp) if lp.copies else {}
         for key, perm in lp.copies:  # made by the program before the loop (:mod:`.copies`)
@@ -837,7 +859,7 @@ def _shared_zeros(body: Sequence[Instr]) -> list[tuple[int, int, _Item]]:
         if not isinstance(ins, Loop):
             continue
         for _, dims in (*ins.sums, *ins.carries):
-            shape = tuple(extent if lp is None else lp[0] for extent, lp in dims)
+            shape = tuple(extent if lp is None else _var(lp) for extent, lp in dims)
             if k not in loops.setdefault(shape, []):
                 loops[shape].append(k)
             sizes[shape] = _size(dims)
@@ -886,15 +908,21 @@ def _group_buffers(group: ProductGroup) -> list[_Item]:
 
 
 def _when_uneven(size: Counter, space: str) -> Counter:
-    """``size`` charged only when ``space``'s block size does not divide its extent."""
+    """``size`` charged only when the block of ``space`` (a model variable) is uneven.
+
+    Uneven: the block size does not divide the extent (:func:`_var` names the variable).
+    """
     return Counter({(powers, space): coef for (powers, _), coef in size.items()})
 
 
-def memory_model(lowered: LoweredProgram) -> MemoryModel:
+def memory_model(lowered: LoweredProgram, *, per_loop: bool = False) -> MemoryModel:
     """The symbolic memory model of an instruction tree (module docstring).
 
     Args:
         lowered: the instruction tree (:func:`sq_jax.lower.instructions.lower_schedule`).
+        per_loop: make every loop's block a variable of its own, named ``space#slot``
+            (by default only a loop with ``own_block`` is; the others share their
+            space's).
 
     Returns:
         The model; ``model.peak()`` is the predicted XLA temporaries + outputs of this
@@ -912,8 +940,14 @@ def memory_model(lowered: LoweredProgram) -> MemoryModel:
         for r in lowered.results
         if r.read.input_key is None and r.read.scalar is None
     }
-    walker = _Walker(frozenset(results))
-    walker.body(lowered.body, [], results)
+    loops = lowered.loops()
+    names = {lp.loop: f"{lp.loop[0]}#{lp.loop[1]}" for lp in loops if per_loop or lp.own_block}
+    token = _LOOP_NAMES.set(names)
+    try:
+        walker = _Walker(frozenset(results))
+        walker.body(lowered.body, [], results)
+    finally:
+        _LOOP_NAMES.reset(token)
     final: list[_Item] = []
     seen: set[int] = set()
     for r in lowered.results:
@@ -924,11 +958,15 @@ def memory_model(lowered: LoweredProgram) -> MemoryModel:
         if not own or r.coef != 1.0 or r.perm != tuple(range(len(r.perm))):
             final.append((f"result {r.name}", _read_size(r.read)))  # ... unless copied
     walker.emit(final, "results")
-    extents = {lp.loop[0]: lp.extent for lp in lowered.loops()}
-    blocks = {lp.loop[0]: lp.block for lp in lowered.loops()}
+    extents = {names.get(lp.loop, lp.loop[0]): lp.extent for lp in loops}
+    blocks = {lp.loop[0]: lp.block for lp in loops if lp.loop not in names}
+    own = {names[lp.loop]: lp.block for lp in loops if lp.loop in names}
+    if per_loop:
+        blocks, own = own, {}
     return MemoryModel(
         tuple(walker.points),
         tuple(walker.labels),
         tuple(sorted(extents.items())),
         tuple(sorted(blocks.items())),
+        tuple(sorted(own.items())),
     )

@@ -162,6 +162,12 @@ class BatchPlan:
     The budget planner leaves out the contracted loops its plan does not need to fit
     (each loop's partial sums cost memory traffic per batch beyond their FLOPs); empty
     by default (every product over a batched summed space opens its loops)."""
+    loop_blocks: frozenset[tuple[tuple[str, int], int]] = frozenset()
+    """Loops that run in larger batches than their space's: ``((space, slot), block)``
+    per loop instance (:data:`~sq_jax.schedule.ir.LoopId`, as the schedule numbers
+    them). The budget planner widens the loops whose nests leave room under the budget
+    (:mod:`sq_jax.budget.widen`): fewer, larger batches, the same peak. Empty by default
+    (every loop of a space runs its space's batches)."""
 
     def __post_init__(self) -> None:
         keys = [s.space for s in self.spaces]
@@ -193,6 +199,22 @@ class BatchPlan:
             raise PlanError(
                 f"whole must be a frozenset of node hashes (ints), got {self.whole!r}; pass "
                 "frozenset(node.hash for node in products), or leave it out."
+            )
+        if not isinstance(self.loop_blocks, frozenset) or not all(
+            isinstance(item, tuple)
+            and len(item) == 2
+            and isinstance(item[0], tuple)
+            and len(item[0]) == 2
+            and isinstance(item[0][0], str)
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in item[0][1:])
+            and isinstance(item[1], int)
+            and not isinstance(item[1], bool)
+            and item[1] >= 1
+            for item in self.loop_blocks
+        ):
+            raise PlanError(
+                f"loop_blocks must be a frozenset of ((space, slot), block) with block >= 1, "
+                f"got {self.loop_blocks!r}; pass frozenset({{(('a', 0), 8)}}), or leave it out."
             )
 
     @classmethod
@@ -360,6 +382,9 @@ class BatchPlan:
         if self.whole:
             n = len(self.whole)
             parts.append(f"{n} product{'s' if n != 1 else ''} whole")
+        if self.loop_blocks:
+            n = len(self.loop_blocks)
+            parts.append(f"{n} loop{'s' if n != 1 else ''} in larger batches")
         return "BatchPlan(" + "; ".join(parts) + ")"
 
 

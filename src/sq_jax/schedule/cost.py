@@ -75,15 +75,27 @@ class FlopTerm:
     recompute: tuple[str, ...]
     """Spaces of the enclosing loops that slice none of its modes (one entry per loop,
     outermost first): each multiplies the count by its number of batches."""
+    loops: tuple[LoopId, ...] = ()
+    """Those loops (as ``recompute``; empty where unknown)."""
 
-    def count(self, batches: Mapping[str, int]) -> int:
+    def count(self, batches: Mapping[str, int], own: Mapping[LoopId, int] | None = None) -> int:
         """The term's FLOPs for ``{space: number of batches}`` (1 for a missing space).
+
+        ``own``: batch counts of loops that run their own
+        (:attr:`~sq_jax.plan.batch.BatchPlan.loop_blocks`), instead of their space's.
 
         Example:
             >>> FlopTerm(0, 10, ("a", "a", "i")).count({"a": 3, "i": 2})
             180
+            >>> term = FlopTerm(0, 10, ("a", "i"), (("a", 0), ("i", 1)))
+            >>> term.count({"a": 3, "i": 2}, {("a", 0): 1})  # loop a#0 in one batch
+            20
         """
         out = self.flops
+        if own and self.loops:
+            for space, loop in zip(self.recompute, self.loops, strict=True):
+                out *= own.get(loop, batches.get(space, 1))
+            return out
         for space in self.recompute:
             out *= batches.get(space, 1)
         return out
@@ -156,10 +168,10 @@ def flop_terms(scheduled: ScheduledForest) -> tuple[FlopTerm, ...]:
         if cell.is_leaf or cell.node is None:
             continue
         sliced = _sliced_loops(cell)
-        recompute = tuple(
-            blk.level.space for blk in sites[v] if not blk.is_root and blk.loop not in sliced
-        )
-        terms.append(FlopTerm(v, node_flops(cell.node, spaces), recompute))
+        chain = [blk for blk in sites[v] if not blk.is_root and blk.loop not in sliced]
+        recompute = tuple(blk.level.space for blk in chain)
+        loops = tuple(blk.loop for blk in chain)
+        terms.append(FlopTerm(v, node_flops(cell.node, spaces), recompute, loops))
         terms += _generated_terms(cell, sites[v], scheduled, spaces)
     return tuple(terms)
 
@@ -187,11 +199,16 @@ def _generated_terms(
             continue
         modes = set(rec.carried)
         own = {lp for lp, ix in loops.items() if ix in modes}
-        recompute = tuple(
-            blk.level.space for blk in chain if not blk.is_root and blk.loop not in own
-        )
+        enclosing = [blk for blk in chain if not blk.is_root and blk.loop not in own]
         size = generated_flops([spaces.extent(ix.space) for ix in rec.carried])
-        out.append(FlopTerm(cell.value_id, size, recompute))
+        out.append(
+            FlopTerm(
+                cell.value_id,
+                size,
+                tuple(blk.level.space for blk in enclosing),
+                tuple(blk.loop for blk in enclosing),
+            )
+        )
     return out
 
 
@@ -223,6 +240,10 @@ def schedule_flops(scheduled: ScheduledForest, scale: Mapping[int, float] | None
         for s in ann.plan.spaces
         if spaces.has_extent(s.space)
     }
+    # loops in larger batches than their space's (BatchPlan.loop_blocks) recompute less
+    own = {loop: -(-spaces.extent(loop[0]) // block) for loop, block in ann.plan.loop_blocks}
     if not scale:
-        return sum(t.count(batches) for t in flop_terms(scheduled))
-    return round(sum(t.count(batches) * scale.get(t.value_id, 1) for t in flop_terms(scheduled)))
+        return sum(t.count(batches, own) for t in flop_terms(scheduled))
+    return round(
+        sum(t.count(batches, own) * scale.get(t.value_id, 1) for t in flop_terms(scheduled))
+    )
