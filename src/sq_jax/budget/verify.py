@@ -201,9 +201,10 @@ def fit_to_budget(
         # buffers its own way (spin-orbital CCSD at H2O/cc-pVDZ sizes, a quarter of the
         # memory: 4.2 MiB for 4.0 with 42 products whole, 3.9 with the 18 heavy ones or
         # with none; its memory-usage report holds the same large buffers either way)
+        plain_over: set[BatchPlan] = set()  # plans whose widened twin measured over
         for each in _plan_and_fallbacks(forest, plan, target if widen else None):
-            if each in over:
-                continue  # measured over the budget already
+            if each in over or each in plain_over:
+                continue  # measured over the budget already (or its widened twin was)
             if each not in built:  # a mesh program's first try is built, never measured
                 built[each] = build(each)
             program = built[each]
@@ -222,30 +223,42 @@ def fit_to_budget(
                 return program
             tried.append((measured, program))
             over.add(each)
-            if each == plan and each.whole and measured <= TRIM_MISS * program.memory_bytes:
-                break  # the model's usual miss: its fallbacks are no better (TRIM_MISS)
+            usual_miss = measured <= TRIM_MISS * program.memory_bytes
+            base = replace(each, loop_blocks=frozenset())
+            if each.loop_blocks and usual_miss:
+                # the model's usual miss: the plan with its space's blocks, at the same
+                # predicted peak, measured the same (spin-orbital CCSD at H2O/cc-pVDZ
+                # sizes, an eighth of the memory: 1.077 of the budget either way)
+                plain_over.add(base)
+            if base == plan and each.whole and usual_miss:
+                break  # its fallbacks are no better (TRIM_MISS)
     raise _over_budget(limit, tried, None)  # the second try always builds: tried is full
 
 
 def _plan_and_fallbacks(
     forest: Forest, plan: BatchPlan, widen_to: int | None
 ) -> Iterator[BatchPlan]:
-    """``plan`` widened, ``plan``, then with only its heavy products whole, then with none.
+    """``plan``, then with only its heavy products whole, then with none: each widened first.
 
-    The first where ``widen_to`` is given (the target the plan was chosen for) and a loop
-    widens (:func:`~sq_jax.budget.widen.widen_loops`). Each is made only when asked for
-    (one more schedule), the last two only when ``plan`` keeps products whole.
+    The widened plans where ``widen_to`` is given (the target the plan was chosen for) and
+    a loop widens (:func:`~sq_jax.budget.widen.widen_loops`); then, where XLA measures
+    one over, the plan with its space's blocks. Each is made only when asked for (one
+    more schedule), the fallbacks only when ``plan`` keeps products whole.
     """
-    if widen_to is not None:
-        widened = widen_loops(forest, schedule_forest(forest, plan), widen_to)
-        if widened.loop_blocks:
-            yield widened  # XLA measured over: the same plan with its space's blocks
-    yield plan
+
+    def and_widened(each: BatchPlan) -> Iterator[BatchPlan]:
+        if widen_to is not None:
+            widened = widen_loops(forest, schedule_forest(forest, each), widen_to)
+            if widened.loop_blocks:
+                yield widened
+        yield each
+
+    yield from and_widened(plan)
     if plan.whole:
         heavy = heavy_products_only(forest, plan)
         if heavy is not None:
-            yield heavy
-        yield replace(plan, whole=frozenset())
+            yield from and_widened(heavy)
+        yield from and_widened(replace(plan, whole=frozenset()))
 
 
 def _over_budget(
