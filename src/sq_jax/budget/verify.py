@@ -15,7 +15,11 @@ the headroom chose a plan at 3.0-5.5x). Over the budget, it plans for that first
 scaled by ``budget / measured`` (where that is looser than the headroom), then with the
 headroom, then, while XLA's temporaries + outputs still exceed the budget, for the
 budget scaled by ``budget / measured``. A failed try costs one more XLA compile (the planner's
-schedules are reused: :class:`~sq_jax.budget.search.PlanCache`). A plan the model
+schedules are reused: :class:`~sq_jax.budget.search.PlanCache`). Each plan is tried
+first with the loops its nests leave room for in larger blocks
+(:func:`~sq_jax.budget.widen.widen_loops`): measured over the budget far beyond the
+model's usual miss (:data:`TRIM_MISS`), the plan with its space's blocks follows; within
+it, that plan (the same predicted peak) is not measured. A plan the model
 predicts well inside the budget (:data:`LIKELY_FIT`) is compiled for running, and the
 executable kept by the program: a later call with exactly those blocks (as the CC
 drivers pass them) runs it without compiling again. One predicted close to the budget
