@@ -52,7 +52,7 @@ from .._errors import ScheduleError
 from ..forest.nodes import Forest
 from ..lower.instructions import lower_schedule
 from ..lower.ir import Accumulate, Instr, Loop, LoweredProgram
-from ..lower.memory import MemoryModel, memory_model
+from ..lower.memory import MemoryModel, Monomial, memory_model, monomial_value
 from ..plan.batch import BatchPlan
 from ..schedule import ScheduledForest, schedule_forest
 from ..schedule.cost import schedule_flops
@@ -128,14 +128,8 @@ def widen_loops(
     fixed = _fixed_loops(lowered)
     table = np.asarray(coefs, dtype=np.float64)  # monomial x point
 
-    def value(mono: tuple, at: dict[str, int]) -> float:
-        powers, cond = mono
-        if cond is not None and extents[cond] % at[cond] == 0:
-            return 0.0
-        out = 1.0
-        for var, k in powers:
-            out *= at[var] ** k
-        return out
+    def value(mono: Monomial, at: dict[str, int]) -> float:
+        return float(monomial_value(mono, at, extents))
 
     uses: dict[str, list[int]] = {}
     for m, (powers, cond) in enumerate(monos):

@@ -88,7 +88,7 @@ from .ir import Accumulate, Combine, Contract, Instr, Loop, LoopAdd, LoweredProg
 from .pairs import packed_share
 from .sums import ProductGroup, SumCut, plan_sums
 
-__all__ = ["MemoryModel", "Monomial", "memory_model"]
+__all__ = ["MemoryModel", "Monomial", "memory_model", "monomial_value"]
 
 _ITEMSIZE = 8
 
@@ -145,7 +145,7 @@ class MemoryModel:
         """The live buffers at ``point`` in bytes, largest first."""
         full, extents = self._full(blocks)
         items = [
-            (name, sum(c * _value(m, full, extents) for m, c in size.items()))
+            (name, sum(c * monomial_value(m, full, extents) for m, c in size.items()))
             for name, size in self.points[point]
         ]
         return sorted((it for it in items if it[1]), key=lambda it: (-it[1], it[0]))
@@ -186,7 +186,15 @@ class MemoryModel:
         return monos, tuple(tuple(t.get(m, 0) for t in sums) for m in monos)
 
 
-def _value(mono: Monomial, blocks: Mapping[str, int], extents: Mapping[str, int]) -> int:
+def monomial_value(mono: Monomial, blocks: Mapping[str, int], extents: Mapping[str, int]) -> int:
+    """A monomial's value at these blocks (0 when its uneven-batch condition is not met).
+
+    Example:
+        >>> monomial_value(((("a", 2),), None), {"a": 4}, {"a": 12})
+        16
+        >>> monomial_value(((("a", 1),), "a"), {"a": 4}, {"a": 12})  # 4 divides 12
+        0
+    """
     powers, cond = mono
     if cond is not None and extents[cond] % blocks[cond] == 0:
         return 0
