@@ -19,24 +19,13 @@ the whole program). Loops over block pairs keep their blocks (both loops of such
 share one). XLA has the last word: :func:`~sq_jax.budget.fit_to_budget` tries the
 widened plan first, then the plan as it is.
 
-Measured (``python bench/bench_large.py w3``): closed-shell CCSD at benzene/cc-pVDZ
-sizes, an eighth of the memory, 18 of the plan's loops widened (``a`` in 3 batches
-instead of 6): 1.24x the unbatched time (1.37-1.48x before), at the same XLA memory; a
-quarter of the memory, 5 loops: 1.09x (1.14-1.17x).
+Measured (``python bench/bench_large.py w3``, two runs): closed-shell CCSD at
+benzene/cc-pVDZ sizes, an eighth of the memory, 24 of the plan's loops widened (``a`` in
+3 batches instead of 6): 1.15-1.28x the unbatched time (1.37-1.48x before), at the same
+XLA memory; a quarter of the memory, 9 loops: 1.07-1.08x (1.14-1.17x); spin-orbital
+CCSD at H2O/cc-pVDZ sizes, an eighth, 30 loops: 6.3-7.2x (11.4-13.6x).
 
-Example:
-    >>> import sq_jax as sq
-    >>> from sq_jax.cc.equations import load_equations
-    >>> from sq_jax.schedule import schedule_forest
-    >>> forest = sq.build_forest(sq.parse(load_equations("ccd_so")), sq.Spaces(i=4, a=16))
-    >>> sf = schedule_forest(forest, sq.BatchPlan.of({"a": 8}))  # blocks of 2
-    >>> widened = widen_loops(forest, sf, required_bytes(sf))  # no more than the plan needs
-    >>> print(widened)
-    BatchPlan(a: 8 batches [external, contracted]; 9 loops in larger batches)
-    >>> sorted({block for _, block in widened.loop_blocks})  # 2 or 4 batches of 16
-    [4, 8]
-    >>> required_bytes(schedule_forest(forest, widened)) <= required_bytes(sf)
-    True
+Example: :func:`widen_loops`.
 """
 
 from __future__ import annotations
@@ -115,6 +104,20 @@ def widen_loops(
         The plan with :attr:`~sq_jax.plan.batch.BatchPlan.loop_blocks` set, needing at
         most ``limit`` and at most what ``sf`` needs, with at most ``sf``'s FLOPs; the
         plan itself when no loop can run fewer batches.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> from sq_jax.cc.equations import load_equations
+        >>> from sq_jax.schedule import schedule_forest
+        >>> forest = sq.build_forest(sq.parse(load_equations("ccd_so")), sq.Spaces(i=4, a=16))
+        >>> sf = schedule_forest(forest, sq.BatchPlan.of({"a": 8}))  # blocks of 2
+        >>> widened = widen_loops(forest, sf, required_bytes(sf))  # no more than the plan needs
+        >>> print(widened)
+        BatchPlan(a: 8 batches [external, contracted]; 9 loops in larger batches)
+        >>> sorted({block for _, block in widened.loop_blocks})  # 2 or 4 batches of 16
+        [4, 8]
+        >>> required_bytes(schedule_forest(forest, widened)) <= required_bytes(sf)
+        True
     """
     plan = sf.annotated.plan
     lowered = lower_schedule(sf)
