@@ -198,7 +198,7 @@ def test_fit_to_budget_tries_the_widened_plan_then_the_plain_one(monkeypatch, mi
 
     from sq_jax.budget import verify
 
-    forest = _forest("ccsd_so", sq.Spaces(i=4, a=16))
+    forest = _forest("ccsd_so", SPACES)
     budget = verify.xla_bytes(_program(forest, sq.BatchPlan())) // 4
     seen = []
 
