@@ -121,7 +121,6 @@ def widen_loops(
     """
     plan = sf.annotated.plan
     lowered = lower_schedule(sf)
-    cap = min(limit, required_bytes(sf) if need is None else need)
     model = memory_model(lowered, per_loop=True)
     monos, coefs = model.totals()
     if not monos:
@@ -140,6 +139,9 @@ def widen_loops(
             uses.setdefault(var, []).append(m)
     values = np.array([value(m, blocks) for m in monos])
     profile = values @ table
+    if need is None:  # required_bytes(sf), from the model at hand (the same peak)
+        need = math.ceil(round(profile.max()) * XLA_HEADROOM)
+    cap = min(limit, need)
     ceiling = cap / XLA_HEADROOM  # the model's own figure (required_bytes adds the headroom)
     # XLA counts its output buffers whole, for the whole program: at a point before a
     # result is made, a widened nest's buffers sit beside it (spin-orbital CCSD at

@@ -206,7 +206,8 @@ class BatchPlan:
             and isinstance(item[0], tuple)
             and len(item[0]) == 2
             and isinstance(item[0][0], str)
-            and all(isinstance(n, int) and not isinstance(n, bool) for n in item[0][1:])
+            and isinstance(item[0][1], int)
+            and not isinstance(item[0][1], bool)
             and isinstance(item[1], int)
             and not isinstance(item[1], bool)
             and item[1] >= 1
