@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -16,7 +18,7 @@ import sq_jax as sq
 from sq_jax._pipeline import compile
 from sq_jax.forest.inputs import input_specs
 from sq_jax.forest.reference import evaluate_forest
-from sq_jax.lower.ir import Loop
+from sq_jax.lower.ir import Loop, walk
 from sq_jax.plan import BatchPlan
 from tests.helpers.close import assert_rel_close as close
 from tests.helpers.corpus import (
@@ -257,3 +259,17 @@ def test_static_figures_and_memory_analysis():
     mem = batched.memory_analysis(x)
     assert mem.output_size_in_bytes == 4 * 3 * 8
     assert "loop a#0" in str(batched.schedule)
+
+
+def test_xla_operations_are_named_after_the_values_they_make():
+    # profiles and XLA dumps attribute each operation to `v<id>` of `prog.lowered`:
+    # the product in the loop and the sum after it carry their own ids, nothing else's
+    text = "R{a1;i1} = f{a1;a2} t{a2;i1} + g{a1;i1}"
+    prog = compile(text, sq.Spaces(i=3, a=4), batch={"a": 2})
+    ids = {ins.value_id for ins in walk(prog.lowered.body) if hasattr(ins, "value_id")}
+    blocks = {s.block_key: np.zeros(s.shape) for s in input_specs(prog.schedule.annotated.forest)}
+    names = re.findall(r'op_name="([^"]*)"', prog.jitted.lower(blocks).compile().as_text())
+    named = {int(v) for name in names for v in re.findall(r"/v(\d+)/", name)}
+    assert named == ids
+    products = [name for name in names if name.endswith("dot_general")]
+    assert products and all(re.search(r"/v\d+/", name) for name in products)

@@ -5,7 +5,10 @@ becomes one ``lax.fori_loop`` or ``lax.scan`` (:func:`run_loop`). Operands are c
 the current batch on use (:func:`read_operand`); stacked per-batch pieces are moved into
 their full mode by :func:`merge_batches`. :mod:`sq_jax.lower.interpret` runs a whole
 program on one device with these, :mod:`sq_jax.lower.shard` runs root loops over a
-device mesh.
+device mesh. Each instruction runs in ``jax.named_scope(f"v{value_id}")``: XLA's
+operations carry the value they make in their ``op_name`` (``.../v73/dot_general``), so
+a ``jax.profiler`` trace or an XLA dump says which value of ``prog.lowered`` each one
+belongs to.
 
 Example:
     >>> import jax.numpy as jnp
@@ -420,18 +423,21 @@ def run_body(
         if k in plan.cuts:
             env[ins.value_id] = _sum_cut(plan.cuts[k], env, ctx, run)
         elif isinstance(ins, Contract):
-            ready = tuple(None if key is None else run.blocks[key] for key in ins.ready)
-            ops = _operands(ins, env, ctx, run)
-            env[ins.value_id] = contract(*_with_copies(ins, ops, run), ready)
+            with jax.named_scope(f"v{ins.value_id}"):
+                ready = tuple(None if key is None else run.blocks[key] for key in ins.ready)
+                ops = _operands(ins, env, ctx, run)
+                env[ins.value_id] = contract(*_with_copies(ins, ops, run), ready)
         elif isinstance(ins, Accumulate):
-            env[ins.value_id] = _accumulate(ins, env, ctx, run)
+            with jax.named_scope(f"v{ins.value_id}"):
+                env[ins.value_id] = _accumulate(ins, env, ctx, run)
         elif isinstance(ins, Combine):
-            terms = []
-            ops = [run.read(r, env, ctx, run.blocks, run.dtype) for r in ins.operands]
-            for x, perm, c in zip(ops, ins.perms, ins.coefs, strict=True):
-                x = jnp.transpose(x, perm) if perm != tuple(range(len(perm))) else x
-                terms.append(scaled(c, x))
-            env[ins.value_id] = plus(terms[0], terms[1])
+            with jax.named_scope(f"v{ins.value_id}"):
+                terms = []
+                ops = [run.read(r, env, ctx, run.blocks, run.dtype) for r in ins.operands]
+                for x, perm, c in zip(ops, ins.perms, ins.coefs, strict=True):
+                    x = jnp.transpose(x, perm) if perm != tuple(range(len(perm))) else x
+                    terms.append(scaled(c, x))
+                env[ins.value_id] = plus(terms[0], terms[1])
         else:
             first = k == largest and before is not None
             out = run_loop(ins, env, ctx, dataclasses.replace(run, after=before) if first else run)
