@@ -129,10 +129,20 @@ def md_cs(r: dict) -> list[str]:
     ]
 
 
+def _steps(row: dict) -> str:
+    """Where a budgeted compile went (the ``sq_jax.budget`` log), as table text."""
+    if "search_s" not in row:
+        return ""
+    return (
+        f": {row['searches']} in {row['search_s']:.1f} s; "
+        f"{row['xla_checks']} in {row['xla_checks_s']:.1f} s"
+    )
+
+
 def md_w3(records: list[dict]) -> list[str]:
     lines = [
         "| system | budget | plan | FLOPs ÷ unb. | time ÷ unb. | XLA temp+out ÷ budget | "
-        "predicted ÷ XLA | compile s (÷ unb.) | max abs ΔR |",
+        "predicted ÷ XLA | compile s (÷ unb.): searches; XLA figures | max abs ΔR |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for w in records:
@@ -154,7 +164,7 @@ def md_w3(records: list[dict]) -> list[str]:
                 f"| {w['system']} | {b['budget']} ({size(b['budget_bytes'])}) | {b['plan']} | "
                 f"{b['flops_ratio']:.2f} | {b['time_ratio']:.2f} | "
                 f"{b['peak_over_budget']:.2f} | {b['predicted_over_xla']:.2f} | "
-                f"{b['compile_s']:.1f} ({b['compile_s'] / u['compile_s']:.2f}) | "
+                f"{b['compile_s']:.1f} ({b['compile_s'] / u['compile_s']:.2f}){_steps(b)} | "
                 f"{b['max|R - R_unbatched|']:.1e} |"
             )
     return lines

@@ -487,7 +487,7 @@ def test_a_budgeted_ccsd_fits_xla_own_figures():
     assert xla_bytes(prog) <= budget
 
 
-def test_fit_to_budget_plans_tighter_while_xla_measures_over(monkeypatch):
+def test_fit_to_budget_plans_tighter_while_xla_measures_over(monkeypatch, caplog):
     text = "R{a1;i1} = g{a1,a2;i1,i2} t{a2;i2}"  # unbatched: a 32 MB copy of g
     forest = sq.build_forest(sq.parse(text), sq.Spaces(i=20, a=100))
     budget = 1 << 20
@@ -499,9 +499,17 @@ def test_fit_to_budget_plans_tighter_while_xla_measures_over(monkeypatch):
 
     monkeypatch.setattr(verify, "xla_bytes", over_once)
     build = partial(_build_program, forest)
-    prog = verify.fit_to_budget(forest, budget, build)
+    with caplog.at_level("INFO", logger="sq_jax.budget"):
+        prog = verify.fit_to_budget(forest, budget, build)
     assert len(seen) == 2 and seen[0] != seen[1]
     assert real(prog) <= budget
+    # each step logged: two searches, two XLA figures (the first at twice the budget),
+    # and the plan kept
+    steps = [(r.sq_jax_step, r.getMessage()) for r in caplog.records if hasattr(r, "sq_jax_step")]
+    assert [step for step, _ in steps] == ["plan", "xla", "plan", "xla"]
+    assert f"measured {format_bytes(2 * budget)} (2.000 of the budget)" in steps[1][1]
+    assert f"measured {format_bytes(real(prog))}" in steps[3][1]
+    assert caplog.records[-1].getMessage() == f"kept {prog.schedule.annotated.plan}"
 
     monkeypatch.setattr(verify, "xla_bytes", lambda program, measure_only=False: 2 * budget)
     with pytest.raises(sq.MemoryBudgetError, match="measures over the budget in XLA") as err:
