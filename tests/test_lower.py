@@ -273,3 +273,7 @@ def test_xla_operations_are_named_after_the_values_they_make():
     assert named == ids
     products = [name for name in names if name.endswith("dot_general")]
     assert products and all(re.search(r"/v\d+/", name) for name in products)
+    # and each loop its own scope, `loop_<space><slot>`: what runs inside it, its adds too
+    loops = {lp.loop for lp in walk(prog.lowered.body) if isinstance(lp, Loop)}
+    scopes = {m for name in names for m in re.findall(r"/loop_([a-z]+\d+)/", name)}
+    assert scopes == {f"{space}{slot}" for space, slot in loops}

@@ -5,10 +5,11 @@ becomes one ``lax.fori_loop`` or ``lax.scan`` (:func:`run_loop`). Operands are c
 the current batch on use (:func:`read_operand`); stacked per-batch pieces are moved into
 their full mode by :func:`merge_batches`. :mod:`sq_jax.lower.interpret` runs a whole
 program on one device with these, :mod:`sq_jax.lower.shard` runs root loops over a
-device mesh. Each instruction runs in ``jax.named_scope(f"v{value_id}")``: XLA's
-operations carry the value they make in their ``op_name`` (``.../v73/dot_general``), so
-a ``jax.profiler`` trace or an XLA dump says which value of ``prog.lowered`` each one
-belongs to.
+device mesh. Each instruction runs in ``jax.named_scope(f"v{value_id}")`` and each loop
+in ``jax.named_scope(f"loop_{space}{slot}")``: XLA's operations carry the value they make
+and the loops around it in their ``op_name`` (``.../loop_a0/while/body/v73/dot_general``),
+so a ``jax.profiler`` trace or an XLA dump says which value of ``prog.lowered`` each one
+belongs to (and a loop's own work, its adds and stacked pieces, to the loop).
 
 Example:
     >>> import jax.numpy as jnp
@@ -440,7 +441,10 @@ def run_body(
                 env[ins.value_id] = plus(terms[0], terms[1])
         else:
             first = k == largest and before is not None
-            out = run_loop(ins, env, ctx, dataclasses.replace(run, after=before) if first else run)
+            with jax.named_scope(f"loop_{ins.loop[0]}{ins.loop[1]}"):
+                out = run_loop(
+                    ins, env, ctx, dataclasses.replace(run, after=before) if first else run
+                )
             env.update(out)
             if out and paired and largest is not None and k < largest:
                 done = loop_done(out)
@@ -818,12 +822,15 @@ def _run_block_pairs(
         return _operands(ins, local, at, run)
 
     def pair(p: Any, q: Any) -> Any:  # P < Q: the batches (P, Q) and (Q, P)
-        x = block_pair_product(plan, ins.spec, operands(p, q), operands(q, p))
+        x, y = operands(p, q), operands(q, p)
+        with jax.named_scope(f"v{ins.value_id}"):
+            x = block_pair_product(plan, ins.spec, x, y)
         return x if run.vary is None else run.vary(x)
 
     def diagonal(p: Any) -> Any:  # P = P: the batch alone, over k1 <= k2
         here = operands(p, p)
-        x = block_pair_product(plan, ins.spec, here, here, diagonal=True)
+        with jax.named_scope(f"v{ins.value_id}"):
+            x = block_pair_product(plan, ins.spec, here, here, diagonal=True)
         return x if run.vary is None else run.vary(x)
 
     if run.remat:
