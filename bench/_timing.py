@@ -102,7 +102,7 @@ def compile_timed(
     t1 = time.perf_counter()
     c1 = time.process_time()
     # the inputs are not part of a compile: building them (blocks cut from the integrals,
-    # 2.4 s for benzene/cc-pVDZ) was once charged to the phase after the passes
+    # 1.2 s for benzene/cc-pVDZ) was once charged to the phase after the passes
     args = args_of(obj)
     ta = time.perf_counter()
     ca = time.process_time()

@@ -264,7 +264,7 @@ def fit_to_budget(
 
 def _measured(program: Program, measured: int | None, limit: int, seconds: float) -> None:
     """Log one XLA figure (``sq_jax.budget``, ``INFO``)."""
-    figure = "unknown" if measured is None else f"{format_bytes(measured)}"
+    figure = "unknown" if measured is None else format_bytes(measured)
     share = "" if measured is None else f" ({measured / limit:.3f} of the budget)"
     _log.info(
         "XLA: %s measured %s%s, predicted %s, in %.2f s",
