@@ -2,6 +2,7 @@ import re
 
 import pytest
 
+import sq_jax as sq
 from sq_jax.budget import XLA_HEADROOM
 from sq_jax.cc.cli import main
 from sq_jax.cc.integrals import default_reference
@@ -18,6 +19,24 @@ def test_ccsd_main_job_prints_the_reference_energy(capsys):
     assert "iterations         = " in out and "(converged)" in out
     assert re.search(r"memory\s+= [0-9.]+ KiB predicted \(XLA temporaries", out)
     assert "cycle =" not in out  # --quiet
+
+
+def test_a_memory_budget_prints_the_fitting_steps_unless_quiet(capsys):
+    # the search and XLA's figure of each budgeted compile, as they happen; the energy is
+    # the reference's (a budget this large batches nothing)
+    assert main(["ccsd", "--memory", "1 GiB"]) == 0
+    out = capsys.readouterr().out
+    steps = [line for line in out.splitlines() if line.startswith("budget: ")]
+    assert any(line.startswith("budget: planned BatchPlan() for ") for line in steps)
+    assert any(
+        re.match(r"budget: XLA: BatchPlan\(\) measured .* of the budget", line) for line in steps
+    )
+    assert "budget: kept BatchPlan()" in steps
+    e_corr = float(re.search(r"^E_corr\(CCSD\)\s+=\s+(\S+)", out, re.M).group(1))
+    assert abs(e_corr - default_reference()["e_corr_gccsd_tight"]) < 1e-9
+    sq.clear_budget_plans()  # else the same request takes the plan chosen above, unlogged
+    assert main(["ccsd", "--memory", "1 GiB", "--quiet"]) == 0
+    assert "budget: " not in capsys.readouterr().out
 
 
 def test_ccsd_prints_progress_lines_by_default(capsys):

@@ -204,7 +204,11 @@ def add_cc_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory", help="memory budget for intermediates, e.g. '512 MiB'")
     p.add_argument("--solver", choices=("diis", "newton"), default="diis")
     p.add_argument("--max-iter", type=_positive_int, default=100)
-    p.add_argument("--quiet", action="store_true", help="no per-iteration lines")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no per-iteration lines (nor, with --memory, the lines of the plan's fitting)",
+    )
     p.add_argument("--plot", metavar="FILE.png", help=PLOT_HELP)
     p.add_argument(
         "--df",

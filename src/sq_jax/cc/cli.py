@@ -26,9 +26,11 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +100,29 @@ def _df_options(args: argparse.Namespace) -> dict:
     return {"df": True, "auxbasis": args.auxbasis} if args.df else {}
 
 
+@contextlib.contextmanager
+def _budget_lines(show: bool) -> Iterator[None]:
+    """While ``show``, print the memory-budget fitting steps (``sq_jax.budget``, ``INFO``).
+
+    A budgeted compile searches plans and has XLA measure them (seconds to minutes): each
+    step is a line ``budget: ...`` on stdout, as it happens.
+    """
+    if not show:
+        yield
+        return
+    logger = logging.getLogger("sq_jax.budget")
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("budget: %(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def _run_cc(method: str, args: argparse.Namespace) -> int:
     from . import drivers
 
@@ -107,19 +132,20 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
     batch = pairs(args.batch, "--batch") if args.batch else None
     system, name, closed_shell = cc_system(args)
     start = time.perf_counter()
-    run = drivers.solve_cc(
-        system,
-        method=method,
-        closed_shell=closed_shell,
-        solver=args.solver,
-        batch=batch,
-        memory_budget=args.memory,
-        verbose=not args.quiet,
-        max_iter=args.max_iter,
-        frozen=args.frozen,
-        equations=_open_shell_equations(method, args, system),
-        **_df_options(args),
-    )
+    with _budget_lines(args.memory is not None and not args.quiet):
+        run = drivers.solve_cc(
+            system,
+            method=method,
+            closed_shell=closed_shell,
+            solver=args.solver,
+            batch=batch,
+            memory_budget=args.memory,
+            verbose=not args.quiet,
+            max_iter=args.max_iter,
+            frozen=args.frozen,
+            equations=_open_shell_equations(method, args, system),
+            **_df_options(args),
+        )
     seconds = time.perf_counter() - start
     res = run.result
     kind = "unrestricted (spin-blocked)" if run.spin_blocked else "spin-orbital"
