@@ -34,9 +34,14 @@ def test_a_memory_budget_prints_the_fitting_steps_unless_quiet(capsys):
     assert "budget: kept BatchPlan()" in steps
     e_corr = float(re.search(r"^E_corr\(CCSD\)\s+=\s+(\S+)", out, re.M).group(1))
     assert abs(e_corr - default_reference()["e_corr_gccsd_tight"]) < 1e-9
+    # the time line says what the fitting took (the compile happened there)
+    logged = sum(float(t) for t in re.findall(r"^budget: .* in ([0-9.]+) s$", out, re.M))
+    fitting = re.search(r"fitting the memory budget ([0-9.]+) s, first iteration", out)
+    assert fitting and abs(float(fitting.group(1)) - logged) < 0.05  # each line rounds
     sq.clear_budget_plans()  # else the same request takes the plan chosen above, unlogged
     assert main(["ccsd", "--memory", "1 GiB", "--quiet"]) == 0
-    assert "budget: " not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "budget: " not in out and "fitting the memory budget" in out
 
 
 def test_ccsd_prints_progress_lines_by_default(capsys):
