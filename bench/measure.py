@@ -4,7 +4,6 @@ record; ``run.py`` calls them and ``report.py`` turns the records into tables.
 
 from __future__ import annotations
 
-import logging
 import statistics
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ import workloads as wl
 from _timing import SQ_XLA, compile_timed, interleaved, log, maxdiff, median_alone, strip
 
 import sq_jax as sq
+from sq_jax.budget import budget_steps
 from sq_jax.cc.equations import load_equations
 
 # --------------------------------------------------------------------------------------
@@ -264,55 +264,31 @@ def _unbatched_record(base: dict) -> dict:
     }
 
 
-class _BudgetSteps(logging.Handler):
-    """The ``sq_jax.budget`` log of one budgeted compile: seconds per kind of step."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.seconds: dict[str, list[float]] = {"plan": [], "xla": []}
-
-    def emit(self, record: logging.LogRecord) -> None:
-        step = getattr(record, "sq_jax_step", None)
-        if step in self.seconds:
-            self.seconds[step].append(float(record.sq_jax_seconds))  # type: ignore[attr-defined]
-
-    def totals(self) -> dict[str, Any]:
-        """``search_s`` (the searches), ``xla_checks`` and ``xla_checks_s`` (XLA's figures)."""
-        return {
-            "search_s": sum(self.seconds["plan"]),
-            "searches": len(self.seconds["plan"]),
-            "xla_checks_s": sum(self.seconds["xla"]),
-            "xla_checks": len(self.seconds["xla"]),
-        }
-
-
 def _budget_row(text: str, spaces: sq.Spaces, base: dict, label: str, div: int) -> tuple:
     """One W3 budget: the row of the table and the compiled program (None on error)."""
     (xb,) = base["args"]
     budget = (base["xla_temp"] + base["xla_output"]) // div
     row: dict[str, Any] = {"budget": label, "budget_bytes": budget}
-    steps = _BudgetSteps()  # where the compile goes: the searches, XLA's figures
-    logger = logging.getLogger("sq_jax.budget")
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    logger.addHandler(steps)
     try:
-        c = compile_timed(
-            lambda b=budget: sq.compile(text, spaces, memory_budget=b, pair_symmetry=True),
-            lambda p: p.jitted,
-            lambda p: (xb,),
-            SQ_XLA,
-            aot=True,  # what a user's first call compiles (here: nothing more)
-        )
+        with budget_steps() as steps:  # where the compile goes: the searches, XLA's figures
+            c = compile_timed(
+                lambda b=budget: sq.compile(text, spaces, memory_budget=b, pair_symmetry=True),
+                lambda p: p.jitted,
+                lambda p: (xb,),
+                SQ_XLA,
+                aot=True,  # what a user's first call compiles (here: nothing more)
+            )
     except sq.MemoryBudgetError as err:
         row["error"] = f"MemoryBudgetError: {err}"
         row["smallest_feasible"] = getattr(err, "smallest_feasible", None)
         log(f"W3 {label}: MemoryBudgetError (smallest feasible {row['smallest_feasible']})")
         return row, None
-    finally:
-        logger.removeHandler(steps)
-        logger.setLevel(level)
-    row.update(steps.totals())
+    row.update(
+        search_s=sum(steps.searches),
+        searches=len(steps.searches),
+        xla_checks_s=sum(steps.figures),
+        xla_checks=len(steps.figures),
+    )
     p, unb = c["obj"], base["obj"]
     measured = c["xla_temp"] + c["xla_output"]
     row.update(strip(c))

@@ -118,7 +118,17 @@ from .explain import required_bytes as required_bytes
 from .model import XLA_HEADROOM as XLA_HEADROOM
 from .search import default_step_cost as default_step_cost
 from .search import plan_for_budget as plan_for_budget
+from .verify import BudgetSteps as BudgetSteps
+from .verify import budget_steps as budget_steps
 from .verify import fit_to_budget as fit_to_budget
 from .verify import xla_bytes as xla_bytes
 
-__all__ = ["XLA_HEADROOM", "fit_to_budget", "plan_for_budget", "required_bytes", "xla_bytes"]
+__all__ = [
+    "XLA_HEADROOM",
+    "BudgetSteps",
+    "budget_steps",
+    "fit_to_budget",
+    "plan_for_budget",
+    "required_bytes",
+    "xla_bytes",
+]

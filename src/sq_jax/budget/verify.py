@@ -51,11 +51,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import jax
 import numpy as np
@@ -73,9 +74,69 @@ from .search import PlanCache, plan_for_budget
 from .trim import heavy_products_only
 from .widen import widen_loops
 
-__all__ = ["fit_to_budget", "xla_bytes"]
+__all__ = ["BudgetSteps", "budget_steps", "fit_to_budget", "xla_bytes"]
 
 _log = logging.getLogger("sq_jax.budget")
+
+
+@dataclass
+class BudgetSteps:
+    """The steps of the budgeted compiles made while :func:`budget_steps` listened."""
+
+    searches: list[float] = field(default_factory=list)
+    """Seconds of each plan search (:func:`~sq_jax.budget.plan_for_budget`)."""
+    figures: list[float] = field(default_factory=list)
+    """Seconds of each compile that read XLA's memory figures (:func:`xla_bytes`)."""
+
+    @property
+    def seconds(self) -> float:
+        """The searches and XLA's figures together: what fitting the budget took."""
+        return sum(self.searches) + sum(self.figures)
+
+
+class _Listener(logging.Handler):
+    def __init__(self, steps: BudgetSteps, show: Callable[[str], None] | None) -> None:
+        super().__init__(logging.INFO)
+        self.steps, self.show = steps, show
+
+    def emit(self, record: logging.LogRecord) -> None:
+        seconds = getattr(record, "sq_jax_seconds", None)
+        kind = getattr(record, "sq_jax_step", None)
+        if seconds is not None:
+            (self.steps.searches if kind == "plan" else self.steps.figures).append(seconds)
+        if self.show is not None:
+            self.show(record.getMessage())
+
+
+@contextlib.contextmanager
+def budget_steps(show: Callable[[str], None] | None = None) -> Iterator[BudgetSteps]:
+    """Listen to :func:`fit_to_budget`'s log (``sq_jax.budget``) for the duration.
+
+    Args:
+        show: called with each step's message as it happens (``print``, say); by default
+            the steps are only recorded.
+
+    Yields:
+        The :class:`BudgetSteps`, filled while the block runs.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> with budget_steps() as steps:
+        ...     prog = sq.compile("R{a1;i1} = g{a1,a2;i1,i2} t{a2;i2}", sq.Spaces(i=20, a=100),
+        ...                       memory_budget="1 MiB")
+        >>> len(steps.searches) >= 1 and len(steps.figures) >= 1 and steps.seconds > 0
+        True
+    """
+    steps = _Listener(BudgetSteps(), show)
+    level = _log.level
+    _log.addHandler(steps)
+    _log.setLevel(logging.INFO)
+    try:
+        yield steps.steps
+    finally:
+        _log.removeHandler(steps)
+        _log.setLevel(level)
+
 
 MAX_ATTEMPTS = 6
 """Plans tried (the second at the first's target, the rest each tighter than the last)

@@ -26,11 +26,9 @@ Example:
 from __future__ import annotations
 
 import argparse
-import contextlib
-import logging
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,45 +98,12 @@ def _df_options(args: argparse.Namespace) -> dict:
     return {"df": True, "auxbasis": args.auxbasis} if args.df else {}
 
 
-class _BudgetSteps(logging.Handler):
-    """The memory-budget fitting of a run (``sq_jax.budget``, ``INFO``).
-
-    Adds up its seconds and, where ``show``, prints each step as a line ``budget: ...`` on
-    stdout as it happens.
-    """
-
-    def __init__(self, show: bool) -> None:
-        super().__init__(logging.INFO)
-        self.show = show
-        self.seconds = 0.0
-        self.setFormatter(logging.Formatter("budget: %(message)s"))
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.seconds += float(getattr(record, "sq_jax_seconds", 0.0))
-        if self.show:
-            print(self.format(record), flush=True)
-
-
-@contextlib.contextmanager
-def _budget_steps(show: bool) -> Iterator[_BudgetSteps]:
-    """A :class:`_BudgetSteps` listening while the run compiles and solves.
-
-    A budgeted compile searches plans and has XLA measure them (seconds to minutes at
-    real sizes), before the first iteration.
-    """
-    logger = logging.getLogger("sq_jax.budget")
-    steps = _BudgetSteps(show)
-    level = logger.level
-    logger.addHandler(steps)
-    logger.setLevel(logging.INFO)
-    try:
-        yield steps
-    finally:
-        logger.removeHandler(steps)
-        logger.setLevel(level)
+def _print_step(step: str) -> None:
+    print(f"budget: {step}", flush=True)
 
 
 def _run_cc(method: str, args: argparse.Namespace) -> int:
+    from ..budget import budget_steps
     from . import drivers
 
     check_cc_args(args)
@@ -147,7 +112,10 @@ def _run_cc(method: str, args: argparse.Namespace) -> int:
     batch = pairs(args.batch, "--batch") if args.batch else None
     system, name, closed_shell = cc_system(args)
     start = time.perf_counter()
-    with _budget_steps(args.memory is not None and not args.quiet) as fitting:
+    # a budgeted compile searches plans and has XLA measure them (seconds to minutes at
+    # real sizes) before the first iteration: each step a line, as it happens
+    show = args.memory is not None and not args.quiet
+    with budget_steps(_print_step if show else None) as fitting:
         run = drivers.solve_cc(
             system,
             method=method,
