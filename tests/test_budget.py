@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from dataclasses import replace
@@ -753,6 +754,56 @@ def test_the_configurations_the_search_leaves_out_hold_no_better_plan(name, monk
         assert len(every.schedules) > left_out  # the rules did leave something out
         want += [plan_for_budget(forest, b, cache=every) for b in budgets[1:]]
     assert got == want
+
+
+@pytest.mark.parametrize("name", ["ccd_so", "ccd_cs"])
+def test_the_memory_floor_is_never_above_the_lowered_model(name):
+    """The floor read from the schedule alone (the largest product's result) bounds the
+    lowered program's predicted memory from below, for every configuration the search
+    may reach and at every batch count: the search may skip lowering on it."""
+    forest = sq.build_forest(sq.parse(load_equations(name)), sq.Spaces(i=4, a=9))
+    forest = replace(forest, pair_symmetry=True)
+    cache = search.PlanCache().using(forest)
+    search._unbatched(forest, cache, 0.0)  # the floors of the packed shares
+    ladders = {s: search._ladder(forest.spaces.extent(s), None) for s in ("a", "i")}
+    checked = 0
+    for _, phase in search.search_phases(forest, ("a", "i")):
+        for cfg in phase:
+            sf = cache.structure(forest, cfg)
+            if sf is None:
+                continue
+            cheap, model = cache.cheap_model(cfg, sf), cache.model(cfg, sf)
+            for combo in itertools.product(*(ladders[s] for s in cfg.spaces)):
+                blocks = [b for _, b in combo]
+                assert 0 < cheap.floor_peak(blocks) <= model.peak(blocks), (cfg, blocks)
+                checked += 1
+    assert checked > 500
+
+
+def test_the_configurations_the_memory_floor_rules_out_hold_no_better_plan(monkeypatch):
+    """Where the floor binds (spin-orbital CCSD, a sixth of its memory: its products'
+    results are large against the budget), the search leaves some configurations
+    unlowered; lowering them too finds the same plan, and none of them fits at any
+    count."""
+    forest = sq.build_forest(sq.parse(load_equations("ccsd_so")), sq.Spaces(i=8, a=30))
+    forest = replace(forest, pair_symmetry=True)
+    limit = required_bytes(schedule_forest(forest, BatchPlan())) // 6
+    cache = search.PlanCache()
+    got = plan_for_budget(forest, limit, cache=cache)
+    floored = set(cache.models)
+    floor_peak = search.BudgetModel.floor_peak
+    monkeypatch.setattr(search.BudgetModel, "floor_peak", lambda self, blocks: 0)
+    assert plan_for_budget(forest, limit, cache=cache) == got
+    skipped = set(cache.models) - floored
+    assert skipped  # the floor did rule some out
+    for cfg in skipped:
+        model = cache.models[cfg]
+        ladders = [search._ladder(forest.spaces.extent(s), None) for s in cfg.spaces]
+        blocks = [min(b for _, b in ladder) for ladder in ladders]
+        assert (
+            min(model.peak([b for _, b in combo]) for combo in itertools.product(*ladders)) > limit
+        )
+        assert floor_peak(cache.cheap[cfg], blocks) > limit
 
 
 def test_an_infeasible_budget_reports_the_smallest_peak_of_every_configuration(ccd, monkeypatch):

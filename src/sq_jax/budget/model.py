@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from ..forest.nodes import NodeKind
 from ..lower.instructions import BLOCK_PAIRS_MAX_FRACTION, lower_schedule
 from ..lower.ir import LoweredProgram
-from ..lower.memory import memory_model
+from ..lower.memory import ITEMSIZE, memory_model
 from ..lower.pairs import packed_products
 from ..plan.batch import BatchPlan, SpaceBatch
 from ..schedule import ScheduledForest
@@ -39,6 +40,7 @@ __all__ = [
     "budget_model",
     "cost_polynomials",
     "evaluate",
+    "memory_floor_terms",
     "schedule_model",
     "step_terms",
 ]
@@ -147,6 +149,8 @@ class BudgetModel:
     """The packed products' productions: the FLOPs :meth:`packed_flops` takes off."""
     terms: tuple[FlopTerm, ...] = ()
     """The schedule's FLOP terms (:func:`~sq_jax.schedule.cost.flop_terms`), made once."""
+    floor: tuple[tuple[tuple[int, ...], int], ...] = ()
+    """:func:`memory_floor_terms`: bytes no lowering of the schedule can do without."""
 
     def xla_peak(self, blocks: Sequence[int]) -> int:
         """The lowered program's predicted XLA temporaries + outputs (lower/memory.py)."""
@@ -171,6 +175,25 @@ class BudgetModel:
         the unbatched FLOPs instead of 1.22x.
         """
         return math.ceil(self.xla_peak(blocks) * XLA_HEADROOM)
+
+    def floor_peak(self, blocks: Sequence[int]) -> int:
+        """A lower bound of :meth:`peak` at these block sizes, read from the schedule alone.
+
+        The largest product's result (:func:`memory_floor_terms`), with the headroom: a
+        configuration whose floor is over the budget at its smallest blocks cannot fit
+        at any count, and the search leaves it unlowered: spin-orbital CCSD at
+        H2O/cc-pVDZ sizes and W3's budgets, 21 of 60 configurations at a quarter of the
+        memory and 11 of 56 at an eighth (the search 3.6 s instead of 3.0, 5.3 instead
+        of 4.8 s); at benzene/cc-pVDZ sizes none (many o²v² values live together there,
+        which only the lowering sees).
+        """
+        largest = 0
+        for exps, coef in self.floor:
+            size = coef
+            for b, k in zip(blocks, exps, strict=True):
+                size *= b**k
+            largest = max(largest, size)
+        return math.ceil(largest * XLA_HEADROOM)
 
     def flops(self, counts: Sequence[int]) -> int:
         """The schedule's FLOPs at these batch counts (recomputation included)."""
@@ -246,6 +269,51 @@ def cost_polynomials(
         exps = tuple(term.recompute.count(s) for s in spaces)
         poly[exps] = poly.get(exps, 0) + term.flops
     return tuple(sorted(poly.items())), tuple(sorted(step_terms(sf, spaces).items()))
+
+
+def memory_floor_terms(sf: ScheduledForest, spaces: Sequence[str]) -> Polynomial:
+    """Per product of ``sf``, the bytes of its result as a monomial in the block sizes.
+
+    A product's result is one buffer in any lowering of the schedule, with its home
+    modes (those the loops around it slice) at the block size of their space and its
+    other modes whole; so the largest of them is a floor of the lowered program's memory
+    (:func:`~sq_jax.lower.memory.memory_model`, which counts 8-byte elements and more).
+    One monomial per distinct ``(powers, bytes)``.
+
+    Example:
+        >>> import sq_jax as sq
+        >>> from sq_jax.plan import BatchPlan
+        >>> from sq_jax.schedule import schedule_forest
+        >>> text = "R{a1;i1} = f{a1;a2} t{a2;i2} g{i2;i1}"
+        >>> forest = sq.build_forest(sq.parse(text), sq.Spaces(i=3, a=4))
+        >>> cut = BatchPlan.of({"a": {"batches": 2, "roles": "external"}})
+        >>> memory_floor_terms(schedule_forest(forest, cut), ("a",))  # R whole; f t per block
+        (((0,), 96), ((1,), 24))
+    """
+    where = {s: k for k, s in enumerate(spaces)}
+    extent = sf.annotated.forest.spaces.extent
+    out: set[tuple[tuple[int, ...], int]] = set()
+    for cell in sf.rich.cells:
+        if cell.is_leaf or cell.node is None or cell.node.kind is not NodeKind.PRODUCT:
+            continue
+        home = set(cell.home_modes)
+        coef, powers = ITEMSIZE, [0] * len(spaces)
+        for ix in cell.carried:
+            if ix in home and ix.space in where:
+                powers[where[ix.space]] += 1
+            else:
+                coef *= extent(ix.space)
+        out.add((tuple(powers), coef))
+    # only the monomials no other one dominates at every block size
+    kept = [
+        (p, c)
+        for p, c in out
+        if not any(
+            (q, d) != (p, c) and d >= c and all(x >= y for x, y in zip(q, p, strict=True))
+            for q, d in out
+        )
+    ]
+    return tuple(sorted(kept))
 
 
 def evaluate(polynomial: Polynomial, counts: Sequence[int]) -> int:
@@ -334,6 +402,7 @@ def schedule_model(
         steps,
         _packed_terms(terms, spaces, shares),
         terms,
+        memory_floor_terms(sf, spaces),
     )
 
 

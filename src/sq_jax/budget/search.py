@@ -620,6 +620,11 @@ def _plan(
             twins.setdefault((cfg.roles, cfg.site, cfg.modes, cfg.hoist, cfg.sums), cfg)
     lowest: dict[Configuration, tuple[int, tuple[int, ...]] | None] = {}
 
+    def floor_over(cfg: Configuration, sf: ScheduledForest, bound: float) -> bool:
+        """Whether ``cfg``'s memory floor is above ``bound`` at every count (no lowering)."""
+        finest = [ladders[s][-1][1] for s in cfg.spaces]  # its smallest blocks
+        return cache.cheap_model(cfg, sf).floor_peak(finest) > bound
+
     def smallest(cfg: Configuration) -> tuple[int, tuple[int, ...]] | None:
         """``cfg``'s smallest predicted memory over every count, and those counts."""
         if cfg not in lowest:
@@ -651,11 +656,23 @@ def _plan(
             return False
         if twin not in lowest and best is not None and best.cost <= gate_of[twin] * c0:
             return False
+        if twin not in lowest:
+            sf = cache.structure(forest, twin)
+            if sf is not None and floor_over(twin, sf, TWIN_FLOOR_MARGIN[kind] * limit):
+                return True
         low = smallest(twin)
         return low is not None and low[0] > TWIN_FLOOR_MARGIN[kind] * limit
 
+    def note_floor(cfg: Configuration, sf: ScheduledForest) -> None:
+        """Keep ``cfg``'s smallest peak if it is the smallest seen (for the error)."""
+        nonlocal floor
+        low = smallest(cfg)
+        assert low is not None
+        if floor is None or (low[0], cfg.rank) < (floor[0].peak, floor[0].config.rank):
+            floor = (SearchPoint((), cfg, low[1], low[0], 0), sf)
+
     def consider(cfg: Configuration) -> None:
-        nonlocal best, floor
+        nonlocal best
         sf = cache.structure(forest, cfg)
         if sf is None:
             return  # this configuration cannot be expressed: leave it out
@@ -664,17 +681,18 @@ def _plan(
         cheap = cache.cheap_model(cfg, sf)
         if best is not None and _lower_bound(cheap, lad, step_cost, unit) >= best.key:
             return  # it cannot win
+        if floor_over(cfg, sf, limit):
+            unfit.append(cfg)  # it cannot fit: lowered only for the error, if nothing fits
+            return
         # every configuration that may win is lowered: the schedule's peak profile is
         # no bound on the lowered program's memory (BudgetModel.peak)
         model = cache.model(cfg, sf)
         if best is None:  # the smallest peak seen, only needed for the error message
-            low = smallest(cfg)
-            assert low is not None
-            if floor is None or (low[0], cfg.rank) < (floor[0].peak, floor[0].config.rank):
-                floor = (SearchPoint((), cfg, low[1], low[0], 0), sf)
+            note_floor(cfg, sf)
         best = _search(model, lad, limit, best, step_cost, unit, exclude)
 
     left_out: list[Configuration] = []
+    unfit: list[Configuration] = []
     for gate, phase in phases:
         if best is not None and best.cost <= gate * c0:
             continue  # not worth its planner time
@@ -696,6 +714,8 @@ def _plan(
         for cfg in left_out:  # the twin rule is a rule of thumb: where nothing fits, check
             consider(cfg)
     if best is None:
+        for cfg in unfit:
+            note_floor(cfg, scheduled[cfg])
         raise infeasible_error(limit, floor, spaces, _batchable_spaces(forest, None), max_batches)
     plan = best.config.plan(best.counts)
     check = with_counts(scheduled[best.config], plan)

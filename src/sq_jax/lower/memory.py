@@ -90,7 +90,8 @@ from .sums import ProductGroup, SumCut, plan_sums
 
 __all__ = ["MemoryModel", "Monomial", "memory_model", "monomial_value"]
 
-_ITEMSIZE = 8
+ITEMSIZE = 8
+"""Bytes per element: the model counts float64 buffers."""
 
 ALIGNMENT = 64
 """Bytes charged on top of every buffer: XLA starts each one on a 64-byte boundary."""
@@ -210,7 +211,7 @@ def _size(dims: Iterable[tuple[int, LoopId | None]], cut: Mapping[int, LoopId] =
     ``dims`` with sliced modes (stored, or ``cut`` now) at block size, plus
     :data:`ALIGNMENT` for the padding XLA puts after it.
     """
-    coef, powers = _ITEMSIZE, {}
+    coef, powers = ITEMSIZE, {}
     for p, (extent, lp) in enumerate(dims):
         loop = lp if lp is not None else cut.get(p)
         if loop is None:
