@@ -183,8 +183,8 @@ class BudgetModel:
         configuration whose floor is over the budget at its smallest blocks cannot fit
         at any count, and the search leaves it unlowered: spin-orbital CCSD at
         H2O/cc-pVDZ sizes and W3's budgets, 21 of 60 configurations at a quarter of the
-        memory and 11 of 56 at an eighth (the search 3.6 s instead of 3.0, 5.3 instead
-        of 4.8 s); at benzene/cc-pVDZ sizes none (many o²v² values live together there,
+        memory and 11 of 56 at an eighth (the search 3.0 s instead of 3.6, 4.8 instead
+        of 5.3 s); at benzene/cc-pVDZ sizes none (many o²v² values live together there,
         which only the lowering sees).
         """
         largest = 0
