@@ -148,3 +148,26 @@ def test_layouts_a_symmetry_makes_equal_share_one_copy():
     for key in ("E", "R1", "R2"):
         tol = 1e-12 * (1 + np.abs(want[key]).max())
         np.testing.assert_allclose(got[key], want[key], rtol=0, atol=tol)
+
+
+def test_an_antisymmetric_operand_is_read_under_another_labeling_instead_of_copied():
+    """``t_ij^ab = -t_ij^ba``: where ``t`` stored as ``(a, b, i, j)`` does not group into a
+    matrix and ``(b, a, i, j)`` does, spin-orbital CCSD reads it so and negates the
+    product: fewer transposed copies, the plain program's residuals (derivatives in every
+    direction: ``test_pairs.py::test_derivatives_are_the_plain_programs_in_every_direction``)."""
+    spaces = sq.Spaces(i=3, a=5)
+    text = load_equations("ccsd_so")
+    plain = sq.compile(text, spaces)
+    prog = sq.compile(text, spaces, pair_symmetry=True)
+
+    def products(program):
+        return [i for i in program.lowered.body if isinstance(i, Contract) and i.gemm is not None]
+
+    negated = [ins for ins in products(prog) if ins.gemm.sign < 0]
+    assert negated and all(str(ins).split(" = ")[1].startswith("-gemm") for ins in negated)
+    assert sum(i.gemm.copies for i in products(prog)) < sum(i.gemm.copies for i in products(plain))
+    blocks = symmetric_random_inputs(prog.schedule.annotated.forest, seed=5)
+    want, got = plain(blocks), prog(blocks)
+    for key in ("E", "R1", "R2"):
+        tol = 1e-12 * (1 + np.abs(want[key]).max())
+        np.testing.assert_allclose(got[key], want[key], rtol=0, atol=tol)

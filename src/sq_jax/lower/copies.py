@@ -71,6 +71,8 @@ def copy_of(ins: Contract, k: int) -> CopyKey | None:
     read, perm = ins.operands[k], ins.gemm.perms[k]
     if perm is None or read.input_key is None or read.slices or read.generated:
         return None
+    if ins.gemm.relabel[k] is not None:
+        return None  # read relabeled: its tangent is transposed before ``perm``
     if read.scalar is not None or any(m[0] == k for m in ins.masks):
         return None
     return read.input_key, perm
@@ -223,6 +225,8 @@ def store_for_loop_readers(lowered: LoweredProgram) -> LoweredProgram:
         read, perm = reader.operands[k], reader.gemm.perms[k]
         if at <= depth or perm is None or read.slices or any(m[0] == k for m in reader.masks):
             continue
+        if reader.gemm.relabel[k] is not None:
+            continue  # read relabeled: its tangent is transposed before ``perm``
         if reader.operands[1 - k].value_id == v and reader.operands[1 - k].input_key is None:
             continue  # read twice by one product
         moved[v] = perm

@@ -228,7 +228,8 @@ def contract(ins: Contract, ops: list[Any], ready: tuple[Any, Any] = (None, None
 def _product(plan: GemmPlan, x: Any, y: Any) -> Any:
     """The product of two operands as ``plan`` says, in its output order."""
     lhs, rhs, shape = _matrices(plan, [x, y])
-    return _matmul(plan, lhs, rhs).reshape(shape)
+    out = _matmul(plan, lhs, rhs).reshape(shape)
+    return out if plan.sign > 0 else -out
 
 
 def contract_group(plan: GemmPlan, coefs: Any, operands: list[list[Any]], scaled: int = 0) -> Any:
@@ -605,7 +606,7 @@ def _group_sum(group: ProductGroup, env: Mapping[int, Any], ctx: Ctx, run: RunSe
     """A group of products (:class:`..sums.ProductGroup`) summed, in the sum's mode order."""
     plan = group.products[0].gemm
     assert plan is not None
-    coefs = jnp.asarray(group.coefs, run.dtype)
+    coefs = jnp.asarray(group.coefs, run.dtype) * plan.sign  # the group shares its plan
     ops = [_operands(ins, env, ctx, run) for ins in group.products]
     x = contract_group(plan, coefs, ops, group.scaled)
     return x if group.perm == tuple(range(len(group.perm))) else jnp.transpose(x, group.perm)

@@ -143,7 +143,7 @@ class Contract:
             ops.append(str(r) if perm is None else f"{r}.T{perm}".replace(" ", ""))
         if self.pairs is not None:
             return f"v{self.value_id} = pairs({self.spec}; {self.pairs}) {ops[0]} {ops[1]}"
-        how = "einsum" if self.gemm is None else "gemm"
+        how = "einsum" if self.gemm is None else "-gemm" if self.gemm.sign < 0 else "gemm"
         tail = "" if self.block_pairs is None else f"; {self.block_pairs}"
         return f"v{self.value_id} = {how}({self.spec}) {ops[0]} {ops[1]}{tail}"
 

@@ -151,7 +151,15 @@ def _group_key(ins: Contract, perm: tuple[int, ...]) -> tuple | None:
         return None  # no contracted mode to stack along (or not a matrix product)
     # equal transposes too: the group runs with its first product's (valid for each only
     # when each chose them through its own operand's symmetry)
-    how = (plan.swap, plan.perms, plan.equal, plan.groups, plan.lhs_k_first, plan.rhs_k_first)
+    how = (
+        plan.swap,
+        plan.perms,
+        plan.equal,
+        plan.groups,
+        plan.lhs_k_first,
+        plan.rhs_k_first,
+        plan.sign,
+    )
     return (how, tuple(_shape_key(r) for r in ins.operands), perm)
 
 
