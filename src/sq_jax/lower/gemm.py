@@ -116,7 +116,7 @@ class GemmPlan:
         """
         if self.relabel[k] is not None:
             q, sign = self.relabel[k]
-            x = _relabelled(x, q, sign)
+            x = _relabeled(x, q, sign)
         perm, made = self.perms[k], self.made(k)
         if perm is None or made == perm:
             return x if perm is None else jnp.transpose(x, perm)
@@ -175,7 +175,7 @@ def _equal_transpose_jvp(
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
-def _relabelled(x: Any, q: tuple[int, ...], sign: int) -> Any:
+def _relabeled(x: Any, q: tuple[int, ...], sign: int) -> Any:
     """``x`` itself: by an antisymmetry of ``x``, ``sign`` times ``x`` transposed by ``q``.
 
     Its tangent is that transpose, times ``sign``, as without the symmetry.
@@ -183,8 +183,8 @@ def _relabelled(x: Any, q: tuple[int, ...], sign: int) -> Any:
     return x
 
 
-@_relabelled.defjvp
-def _relabelled_jvp(
+@_relabeled.defjvp
+def _relabeled_jvp(
     q: tuple[int, ...], sign: int, primals: tuple, tangents: tuple
 ) -> tuple[Any, Any]:
     return primals[0], sign * jnp.transpose(tangents[0], q)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import itertools
 import math
 import string
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .._errors import LoweringError, PlanError
@@ -236,6 +236,18 @@ class _Walk:
         dims = tuple(node_dims[a] for a in axes)
         return Combine(v, coefs, perms, ops, dims, axes)  # type: ignore[arg-type]
 
+    def namings(
+        self, occ: OccurrenceRec, stored: tuple[Index, ...]
+    ) -> Iterator[tuple[tuple[Index, ...], int]]:
+        """Per symmetry ``(p, s)`` of ``occ``'s value, its stored array's modes named so.
+
+        The array read under those names is ``s`` times the value (its modes ``stored``).
+        """
+        node_labels = occ.carried
+        for sym, sign in self.symmetries.get(occ.node.key, frozenset()):  # type: ignore[union-attr]
+            image = {node_labels[j]: node_labels[sym[j]] for j in range(len(sym))}
+            yield tuple(image[ix] for ix in stored), sign
+
     def relabeled(
         self,
         gemm: GemmPlan,
@@ -264,14 +276,10 @@ class _Walk:
         for k, (occ, r, stored) in enumerate(zip(occs, ops, labels, strict=True)):
             named: dict[tuple[Index, ...], tuple[tuple[int, ...], int] | None] = {stored: None}
             if gemm.perms[k] is not None and _whole(r) and occ.node is not None:
-                node_labels = occ.carried
-                for sym, sign in self.symmetries.get(occ.node.key, frozenset()):  # type: ignore[union-attr]
-                    if sign != -1:
-                        continue
-                    image = {node_labels[j]: node_labels[sym[j]] for j in range(len(sym))}
-                    relabeled = tuple(image[ix] for ix in stored)
-                    q = tuple(stored.index(ix) for ix in relabeled)  # the tangent's layout
-                    named.setdefault(relabeled, (q, sign))
+                for relabeled, sign in self.namings(occ, stored):
+                    if sign == -1:
+                        q = tuple(stored.index(ix) for ix in relabeled)  # the tangent's layout
+                        named.setdefault(relabeled, (q, sign))
             options.append(sorted(named.items(), key=lambda item: item[0] != stored))
         sizes = (self.nbytes(ops[0]), self.nbytes(ops[1]))
         sliced = (bool(ops[0].slices), bool(ops[1].slices))
@@ -312,14 +320,10 @@ class _Walk:
             if any(lp is not None for _, lp in r.dims) or occ.node is None:
                 continue
             target = tuple(stored[a] for a in perm)
-            node_labels = occ.carried
             least = perm
-            for sym, sign in self.symmetries.get(occ.node.key, frozenset()):  # type: ignore[union-attr]
-                if sign != 1:
-                    continue
-                image = {node_labels[j]: node_labels[sym[j]] for j in range(len(sym))}
-                relabeled = [image[ix] for ix in stored]  # the same array, labelled so
-                least = min(least, tuple(relabeled.index(ix) for ix in target))
+            for relabeled, sign in self.namings(occ, stored):
+                if sign == 1:
+                    least = min(least, tuple(relabeled.index(ix) for ix in target))
             equal[k] = None if least == perm else least
         return replace(gemm, equal=(equal[0], equal[1]))
 
