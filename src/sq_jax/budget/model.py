@@ -186,6 +186,16 @@ class BudgetModel:
         memory and 11 of 56 at an eighth (the search 3.0 s instead of 3.6, 4.8 instead
         of 5.3 s); at benzene/cc-pVDZ sizes none (many o²v² values live together there,
         which only the lowering sees).
+
+        Example:
+            >>> import sq_jax as sq
+            >>> from sq_jax.schedule import schedule_forest
+            >>> text = "R{a1;i1} = f{a1;a2} t{a2;i2} g{i2;i1}"
+            >>> forest = sq.build_forest(sq.parse(text), sq.Spaces(i=3, a=4))
+            >>> cfg = Configuration((("a", True, False),), rank=0)
+            >>> model = schedule_model(schedule_forest(forest, cfg.plan([2])), cfg)
+            >>> model.floor_peak([2])  # R whole, 96 bytes, with the headroom
+            120
         """
         largest = 0
         for exps, coef in self.floor:

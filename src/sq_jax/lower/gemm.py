@@ -96,7 +96,16 @@ class GemmPlan:
 
     @property
     def sign(self) -> int:
-        """The product of the relabeled operands' signs: the product comes out times it."""
+        """The product of the relabeled operands' signs: the product comes out times it.
+
+        Example:
+            >>> from dataclasses import replace
+            >>> from sq_jax.expr.nodes import Index
+            >>> a, b, c = (Index("a", n) for n in range(1, 4))
+            >>> plan = plan_gemm((a, b), (b, c), (a, c), (8, 8))
+            >>> plan.sign, replace(plan, relabel=(((1, 0), -1), None)).sign
+            (1, -1)
+        """
         out = 1
         for named in self.relabel:
             if named is not None:
