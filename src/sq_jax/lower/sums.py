@@ -158,7 +158,7 @@ def _group_key(ins: Contract, perm: tuple[int, ...]) -> tuple | None:
         plan.groups,
         plan.lhs_k_first,
         plan.rhs_k_first,
-        plan.sign,
+        plan.relabel,  # the group runs with its first product's (the sign, the tangents)
     )
     return (how, tuple(_shape_key(r) for r in ins.operands), perm)
 
