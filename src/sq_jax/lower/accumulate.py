@@ -315,7 +315,43 @@ def sequence_sums(
         work = [ins for j, ins in enumerate(work) if j not in moved]
     for value in [ins.value_id for ins in work if isinstance(ins, Accumulate)]:
         work = _split_by_read(work, value, fresh)
+    for value in [ins.value_id for ins in work if isinstance(ins, Accumulate)]:
+        work = _made_first(work, value, fresh)
     return tuple(work)
+
+
+def _made_first(work: list[Instr], value: int, fresh: Iterator[int]) -> list[Instr]:
+    """The sum making ``value`` with its terms that read values made before it added first.
+
+    A sequenced sum runs as one loop over its terms, and every value a term reads with
+    no instructions of its own (made before the sum: e.g. two ring products that one
+    loop makes together) is an operand of that loop, alive until the loop ends, beside
+    every later term's intermediates. Those terms become a read-only sum of their own,
+    run just before it; the rest starts from it, as from a previous part of a chain, and
+    the values it read die there. Closed-shell CCSD at benzene/cc-pVDZ sizes, ``a`` in 5
+    batches (one external loop per space): the ladder's nest held the two ring products,
+    6 MiB each; XLA's temporaries + outputs 96.4 -> 84.0 MB (the model: 93.5 -> 84.3).
+    Run before :func:`_split_by_read` would chain it part by part, each part right after
+    its value: XLA then schedules those adds where it likes, not where the memory model
+    walks them (0.92 of the model at ``o=6, v=16``).
+    """
+    k = next(j for j, ins in enumerate(work) if value in produced(ins))
+    acc = work[k]
+    assert isinstance(acc, Accumulate)
+    bare = [t for t in acc.terms if not t.body]
+    if len(bare) == len(acc.terms) or not any(_computed(t.read) for t in bare):
+        return work  # read-only already, or nothing made before it to free
+    if len(bare) == 1 and bare[0] is acc.terms[0] and starts_sum(bare[0]):
+        return work  # its one such value already is the accumulator
+    lead = replace(acc, value_id=next(fresh), terms=tuple(bare))
+    start = Term((), Read(lead.value_id, dims=acc.dims, axes=acc.axes or None), _same(acc), 1.0)
+    rest = replace(acc, terms=(start, *(t for t in acc.terms if t.body)))
+    return [*work[:k], lead, rest, *work[k + 1 :]]
+
+
+def _same(acc: Accumulate) -> tuple[int, ...]:
+    """The identity permutation of ``acc``'s modes."""
+    return tuple(range(len(acc.dims)))
 
 
 def _split_by_read(work: list[Instr], value: int, fresh: Iterator[int]) -> list[Instr]:

@@ -157,9 +157,11 @@ def _fold_sum(
         if found is None or not _fits(acc, *found, t.perm):
             segment.append(t)
             continue
-        if segment:
+        if segment and running is None and len(segment) == 1 and starts_sum(segment[0]):
+            running = segment[0].read.value_id  # a previous part read as is: the sum so far
+        elif segment:
             running = _segment(acc, running, segment, next(fresh), made)
-            segment = []
+        segment = []
         assert isinstance(lp, Loop)
         add = LoopAdd(next(fresh), acc.dims, v, found[0], ((t.perm, t.coef),), running)
         made.extend(t.body[:-1])
