@@ -363,3 +363,38 @@ def test_cc_runs_with_every_pair_packed_equal_the_plain_runs(closed_shell, monke
         np.testing.assert_allclose(packed.result.amplitudes[key], t, rtol=0, atol=1e-10)
     for key, lam in lam_plain.items():
         np.testing.assert_allclose(lam_packed[key], lam, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("shape", "axis", "index_shape"),
+    [((5, 7, 4), 1, (9,)), ((6, 3), 0, (4, 4)), ((3, 4, 5), 2, (2, 3))],
+)
+def test_fixed_gathers_read_what_take_reads_without_wrapping_or_masking(shape, axis, index_shape):
+    # the packed products' gathers: one gather of in-bounds indices, where jnp.take traces
+    # the wrapping of negative indices and masks out-of-bounds reads around it (kernels
+    # of their own inside every loop)
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=shape)
+    index = rng.integers(0, shape[axis], size=index_shape)
+    got = pairs_module.take_fixed(x, index, axis)
+    np.testing.assert_array_equal(np.asarray(got), np.take(x, index, axis=axis))
+    ours = jax.jit(lambda y: pairs_module.take_fixed(y, index, axis)).lower(x).as_text()
+    theirs = jax.jit(lambda y: jnp.take(y, jnp.asarray(index), axis=axis)).lower(x).as_text()
+    assert "stablehlo.select" in theirs and "stablehlo.compare" in theirs
+    assert "stablehlo.select" not in ours and "stablehlo.compare" not in ours
+    # derivatives: the gather's transpose adds each read back where it came from
+    cotangent = rng.normal(size=got.shape)
+    _, pull = jax.vjp(lambda y: pairs_module.take_fixed(y, index, axis), x)
+    expected = np.zeros_like(x)
+    moved = np.moveaxis(expected, axis, 0)
+    np.add.at(
+        moved,
+        index,
+        np.moveaxis(cotangent, list(range(axis, axis + index.ndim)), list(range(index.ndim))),
+    )
+    np.testing.assert_allclose(np.asarray(pull(cotangent)[0]), expected, atol=1e-14)
+
+
+def test_fixed_gathers_refuse_an_index_out_of_bounds():
+    with pytest.raises(ValueError, match="out of bounds for axis 1 of extent 3"):
+        pairs_module.take_fixed(np.zeros((2, 3)), np.array([0, 3]), 1)

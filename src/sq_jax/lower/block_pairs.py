@@ -61,7 +61,7 @@ from ..expr.nodes import Index
 from ..forest.symmetry import ValueSymmetry, free_pair_packs, joint_swaps
 from ..schedule.ir import LoopId
 from . import pairs as _pairs
-from .pairs import _unfold
+from .pairs import _unfold, take_pairs
 
 __all__ = ["BlockPairs", "block_pair_product", "plan_block_pairs"]
 
@@ -402,10 +402,10 @@ def _triangle(
         # side by side: gathered where they stand, each pair reading the modes after it
         # as one contiguous row (moved last first, each pair is single elements apart)
         index = (rows, cols) if axes[0] < axes[1] else (cols, rows)
-        out = [p[(slice(None),) * first + index] for p in parts]
+        out = [take_pairs(p, first, *index) for p in parts]
         packed = [*letters[:first], mark, *letters[first + 2 :]]
     else:
-        out = [jnp.moveaxis(p, axes, (-2, -1))[..., rows, cols] for p in parts]
+        out = [take_pairs(jnp.moveaxis(p, axes, (-2, -1)), p.ndim - 2, rows, cols) for p in parts]
         packed = [c for c in letters if c not in pair] + [mark]
     if weighted:
         shape = [1] * len(packed)

@@ -789,7 +789,9 @@ def _add_piece(add: LoopAdd, acc: Any, piece: Any, start: Any, valid_from: Any) 
         starts: list[Any] = [0] * x.ndim
         starts[perm.index(add.position)] = start
         here = lax.dynamic_slice(acc, starts, x.shape, allow_negative_indices=False)
-        acc = lax.dynamic_update_slice(acc, plus(here, scaled(coef, x)), starts)
+        acc = lax.dynamic_update_slice(
+            acc, plus(here, scaled(coef, x)), starts, allow_negative_indices=False
+        )
     return acc
 
 

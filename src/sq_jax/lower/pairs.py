@@ -595,12 +595,61 @@ def contract_pairs(
     return packed(ops[0], ops[1], *(ready[k] for k in where))
 
 
+def take_fixed(x: Any, index: np.ndarray, axis: int) -> Any:
+    """``jnp.take(x, index, axis)`` for a fixed, in-bounds ``index``, as one gather.
+
+    ``index``'s shape replaces the axis. ``jnp.take`` and array indexing trace more than
+    the gather: negative indices wrapped, out-of-bounds reads masked, inside a loop at
+    every iteration and each a kernel XLA compiles. Closed-shell CCSD at benzene/cc-pVDZ
+    sizes, ``a`` in 3 batches: 207 fusions instead of 231 (2,765 HLO instructions instead
+    of 3,167); its compile and call times moved less than this machine's noise.
+
+    Example:
+        >>> x = np.arange(12.0).reshape(3, 4)
+        >>> np.asarray(take_fixed(x, np.array([[3, 0], [1, 1]]), 1))[2]
+        array([[11.,  8.],
+               [ 9.,  9.]])
+    """
+    index = np.asarray(index)
+    flat = index.ravel()
+    if flat.size and (flat.min() < 0 or flat.max() >= x.shape[axis]):
+        raise ValueError(f"index out of bounds for axis {axis} of extent {x.shape[axis]}")
+    kept = [d for d in range(x.ndim + index.ndim - 1) if not axis <= d < axis + index.ndim]
+    numbers = jax.lax.GatherDimensionNumbers(
+        offset_dims=tuple(kept), collapsed_slice_dims=(axis,), start_index_map=(axis,)
+    )
+    return jax.lax.gather(
+        x,
+        jnp.asarray(index.astype(np.int32)[..., None]),
+        numbers,
+        tuple(1 if d == axis else n for d, n in enumerate(x.shape)),
+        indices_are_sorted=bool(np.all(np.diff(flat) > 0)),
+        unique_indices=len(np.unique(flat)) == flat.size,
+        mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS,
+    )
+
+
+def take_pairs(x: Any, at: int, rows: np.ndarray, cols: np.ndarray) -> Any:
+    """``x[..., rows, cols]`` over its square axes ``at`` and ``at + 1``, as one axis.
+
+    Example:
+        >>> x = np.arange(18.0).reshape(2, 3, 3)
+        >>> rows, cols = np.triu_indices(3)
+        >>> bool((np.asarray(take_pairs(x, 1, rows, cols)) == x[:, rows, cols]).all())
+        True
+    """
+    n = x.shape[at]
+    merged = jnp.reshape(x, (*x.shape[:at], n * x.shape[at + 1], *x.shape[at + 2 :]))
+    return take_fixed(merged, rows * x.shape[at + 1] + cols, at)
+
+
 def _gather(x: Any, labels: list[Index], pack: Pack) -> tuple[Any, list[Index]]:
     """``x`` with ``pack``'s two modes gathered into one, last."""
     axes = (labels.index(pack.labels[0]), labels.index(pack.labels[1]))
     x = jnp.moveaxis(x, axes, (-2, -1))
     rows, cols = np.triu_indices(pack.extent, 1 if pack.strict else 0)
-    return x[..., rows, cols], [ix for ix in labels if ix not in pack.labels] + [pack.mark]
+    packed = take_pairs(x, x.ndim - 2, rows, cols)
+    return packed, [ix for ix in labels if ix not in pack.labels] + [pack.mark]
 
 
 def ready_operand(plan: PairPlan, k: int, x: Any) -> Any:
@@ -659,7 +708,7 @@ def _packed(
 def _unfill(y: Any, fill: Fill) -> Any:
     """``y`` with ``fill``'s packed axis unpacked into its pair, the rest by symmetry."""
     n, at = fill.pack.extent, fill.at
-    full = jnp.take(y, jnp.asarray(_pair_of(n, fill.pack.strict)), axis=at)  # (.., n, n, ..)
+    full = take_fixed(y, _pair_of(n, fill.pack.strict), at)  # (.., n, n, ..)
     shape = [1] * full.ndim
     shape[at], shape[at + 1] = n, n
     if not fill.swap:  # alone: the rest is the computed half read transposed, signed
@@ -694,12 +743,12 @@ def _split_product(plan: PairPlan, gemm: GemmPlan, ops: list[Any], matmul: Any) 
 
 def _unfold(keep: Any, swap: Any, at: int, n: int, sign: int) -> Any:
     """Axis ``at`` (pairs ``i ≤ j``) unpacked: ``keep_ij``, and ``sign·swap_ji`` below."""
-    where = jnp.asarray(_pair_of(n))
+    where = _pair_of(n)
     shape = [1] * (keep.ndim + 1)
     shape[at], shape[at + 1] = n, n
     below = jnp.asarray(np.tril(np.ones((n, n), dtype=bool), -1).reshape(shape))
-    other = jnp.take(swap, where, axis=at)
-    return jnp.where(below, other if sign > 0 else -other, jnp.take(keep, where, axis=at))
+    other = take_fixed(swap, where, at)
+    return jnp.where(below, other if sign > 0 else -other, take_fixed(keep, where, at))
 
 
 def pair_shares(lowered: Any) -> dict[int, float]:

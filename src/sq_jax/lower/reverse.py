@@ -281,7 +281,9 @@ def _batch_reverse(
         x = ct_out[v]
         ct[v] = x if is_last is True else jnp.where(is_last, x, jnp.zeros((), x.dtype))
     for v, p, _ in loop.scatters:
-        piece = lax.dynamic_slice_in_dim(ct_out[v], start, size, axis=p)
+        piece = lax.dynamic_slice_in_dim(
+            ct_out[v], start, size, axis=p, allow_negative_indices=False
+        )
         if valid_from is not None:
             keep = lax.broadcasted_iota(jnp.int32, piece.shape, p) >= valid_from
             piece = jnp.where(keep, piece, jnp.zeros((), piece.dtype))
