@@ -92,8 +92,8 @@ XLA's figure on CCSD; external loops at the roots with hoisted operands: 0.94-1.
 :data:`XLA_HEADROOM`. Each phase schedules every role choice again (planner time).
 Loops at the roots themselves (``"top"``: lower memory floor, more FLOPs; sums run term
 by term) are searched last, when nothing found costs below twice the unbatched program.
-A configuration that hoists (or fuses its sums) is not scheduled where the same
-configuration hoisting nothing (running its sums term by term) needs more than
+A configuration that hoists is not scheduled (one that fuses its sums, not lowered) where
+the same configuration hoisting nothing (running its sums term by term) needs more than
 :data:`~sq_jax.budget.search.TWIN_FLOOR_MARGIN` times the budget at its most batches
 (hoisting keeps values whole, fused sums hold their terms together: neither often
 lowers that floor); where nothing fits, those are searched too.

@@ -82,10 +82,11 @@ memory."""
 
 
 TWIN_FLOOR_MARGIN = {"invariant": 1.5, "pairs": 1.5, "all": 2.5, "fused": 1.05}
-"""A configuration is left unscheduled where its *twin* needs more than this times the
-budget at every batch count. The twin of a configuration that hoists (by
-``BatchPlan.hoist``, the key) is the one that differs from it in hoisting nothing; of one
-whose sums are fused (``"fused"``), the one with its sums run term by term. Hoisting
+"""A configuration is left unscheduled (fused, unlowered: it shares its twin's schedule)
+where its *twin* needs more than this times the budget at every batch count. The twin
+of a configuration that hoists (by ``BatchPlan.hoist``, the key) is the one that
+differs from it in hoisting nothing; of one whose sums are fused (``"fused"``), the
+one with its sums run term by term. Hoisting
 keeps values whole across loops, and a fused sum holds all its terms at once, so
 either seldom needs less memory at the most batches than its twin: over spin-orbital
 and closed-shell CCD and CCSD at seven sizes (up to benzene/cc-pVDZ), the hoisting
