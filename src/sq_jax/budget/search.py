@@ -83,19 +83,18 @@ memory."""
 
 TWIN_FLOOR_MARGIN = {"invariant": 1.5, "pairs": 1.5, "all": 2.5, "fused": 1.05}
 """A configuration is left unscheduled (fused, unlowered: it shares its twin's schedule)
-where its *twin* needs more than this times the budget at every batch count. The twin
-of a configuration that hoists (by ``BatchPlan.hoist``, the key) is the one that
-differs from it in hoisting nothing; of one whose sums are fused (``"fused"``), the
-one with its sums run term by term. Hoisting
-keeps values whole across loops, and a fused sum holds all its terms at once, so
-either seldom needs less memory at the most batches than its twin: over spin-orbital
-and closed-shell CCD and CCSD at seven sizes (up to benzene/cc-pVDZ), the hoisting
-configurations needed at least 0.79x (``"invariant"``), 0.89x (``"pairs"``) and 0.50x
-(``"all"``) of their twins' smallest memory, the fused ones 0.9986x. At 1/8 of the
-unbatched memory the rule leaves 7-54 of the 57 hoisting configurations unscheduled, and
-at budgets of 1/2 to 1/16 none that would have fitted (scratch measurement; the rule's
-test checks it on small forests). Where nothing fits, the configurations left out are
-searched after all."""
+where its *twin* needs more than this times the budget at every batch count. The twin of
+a configuration that hoists (by ``BatchPlan.hoist``, the key) is the one that differs
+from it in hoisting nothing; of one whose sums are fused (``"fused"``), the one with its
+sums run term by term. Hoisting keeps values whole across loops, and a fused sum holds
+all its terms at once, so either seldom needs less memory at the most batches than its
+twin: over spin-orbital and closed-shell CCD and CCSD at seven sizes (up to
+benzene/cc-pVDZ), the hoisting configurations needed at least 0.79x (``"invariant"``),
+0.89x (``"pairs"``) and 0.50x (``"all"``) of their twins' smallest memory, the fused
+ones 0.9986x. At 1/8 of the unbatched memory the rule leaves 7-54 of the 57 hoisting
+configurations unscheduled, and at budgets of 1/2 to 1/16 none that would have fitted
+(scratch measurement; the rule's test checks it on small forests). Where nothing fits,
+the configurations left out are searched after all."""
 
 
 COST_RESOLUTION = 0.01
