@@ -396,5 +396,7 @@ def test_fixed_gathers_read_what_take_reads_without_wrapping_or_masking(shape, a
 
 
 def test_fixed_gathers_refuse_an_index_out_of_bounds():
-    with pytest.raises(ValueError, match="out of bounds for axis 1 of extent 3"):
+    with pytest.raises(
+        sq.LoweringError, match=r"indices 0\.\.3 for axis 1 of extent 3; expected 0\.\.2"
+    ):
         pairs_module.take_fixed(np.zeros((2, 3)), np.array([0, 3]), 1)

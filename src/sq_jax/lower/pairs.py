@@ -85,6 +85,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
+from .._errors import LoweringError
 from ..expr.nodes import Index
 from ..forest.symmetry import ValueSymmetry, joint_swaps
 from .gemm import GemmPlan, plan_gemm
@@ -613,7 +614,11 @@ def take_fixed(x: Any, index: np.ndarray, axis: int) -> Any:
     index = np.asarray(index)
     flat = index.ravel()
     if flat.size and (flat.min() < 0 or flat.max() >= x.shape[axis]):
-        raise ValueError(f"index out of bounds for axis {axis} of extent {x.shape[axis]}")
+        raise LoweringError(
+            f"internal: a fixed gather received indices {flat.min()}..{flat.max()} for axis "
+            f"{axis} of extent {x.shape[axis]}; expected 0..{x.shape[axis] - 1}. The lowering "
+            "built them: please report this with the equations and the plan."
+        )
     kept = [d for d in range(x.ndim + index.ndim - 1) if not axis <= d < axis + index.ndim]
     numbers = jax.lax.GatherDimensionNumbers(
         offset_dims=tuple(kept), collapsed_slice_dims=(axis,), start_index_map=(axis,)
