@@ -45,7 +45,11 @@ def _sequant_text(node: Expr | Equation) -> str:
     return serialize(node)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+_INDICES: dict[tuple, Index] = {}
+"""Every index made so far, by (space, ordinal, protos): one object per index."""
+
+
+@dataclass(frozen=True, slots=True, eq=False, init=False)
 class Index:
     """A tensor index: a space key, an ordinal, and optional proto-indices.
 
@@ -54,9 +58,15 @@ class Index:
     the same iff space, ordinal and proto-indices agree; they are the same *type* iff
     their spaces agree.
 
+    Indices are interned: equal indices are one object, so comparing and hashing them
+    are the identity's (no Python call), the schedulers compare and hash indices
+    millions of times per budget search.
+
     Example:
         >>> str(Index("a", 1, (Index("i", 1), Index("i", 2))))
         'a_1<i_1,i_2>'
+        >>> Index("a", 1) is Index("a", 1), Index("a", 1) == Index("a", 2)
+        (True, False)
     """
 
     space: str
@@ -65,30 +75,22 @@ class Index:
     """The number after the key; any non-negative integer."""
     protos: tuple[Index, ...] = ()
     """Proto-indices this index's range depends on (empty for a plain index)."""
-    _hash: int = field(init=False, repr=False, compare=False)
 
-    # Written out rather than generated: the schedulers compare and hash indices
-    # millions of times per budget search, and the generated methods build tuples.
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.space, self.ordinal, self.protos)))
+    def __new__(cls, space: str, ordinal: int, protos: tuple[Index, ...] = ()) -> Index:
+        """The one index with these fields (made on first use)."""
+        key = (space, ordinal, protos)
+        known = _INDICES.get(key)
+        if known is None:  # set once: an equal index made later (1 for True) changes nothing
+            known = object.__new__(cls)
+            object.__setattr__(known, "space", space)
+            object.__setattr__(known, "ordinal", ordinal)
+            object.__setattr__(known, "protos", protos)
+            _INDICES[key] = known
+        return known
 
     def __reduce__(self) -> tuple:
-        # rebuilt, not restored: the kept hash of a str differs between processes
+        # rebuilt through __new__: an unpickled index is the interned one
         return (Index, (self.space, self.ordinal, self.protos))
-
-    def __eq__(self, other: object) -> bool:
-        if self is other:
-            return True
-        if other.__class__ is not Index:
-            return NotImplemented
-        return (
-            self.ordinal == other.ordinal  # type: ignore[attr-defined]
-            and self.space == other.space  # type: ignore[attr-defined]
-            and self.protos == other.protos  # type: ignore[attr-defined]
-        )
-
-    def __hash__(self) -> int:
-        return self._hash
 
     def plain(self) -> Index:
         """This index without its proto-indices."""
