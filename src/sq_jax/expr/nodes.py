@@ -58,9 +58,9 @@ class Index:
     the same iff space, ordinal and proto-indices agree; they are the same *type* iff
     their spaces agree.
 
-    Indices are interned: equal indices are one object, so comparing and hashing them
-    are the identity's (no Python call), the schedulers compare and hash indices
-    millions of times per budget search.
+    Indices are interned: equal indices are one object, compared and hashed by identity
+    (no Python call; the schedulers compare and hash indices millions of times per
+    budget search).
 
     Example:
         >>> str(Index("a", 1, (Index("i", 1), Index("i", 2))))
@@ -81,11 +81,11 @@ class Index:
         key = (space, ordinal, protos)
         known = _INDICES.get(key)
         if known is None:  # set once: an equal index made later (1 for True) changes nothing
-            known = object.__new__(cls)
-            object.__setattr__(known, "space", space)
-            object.__setattr__(known, "ordinal", ordinal)
-            object.__setattr__(known, "protos", protos)
-            _INDICES[key] = known
+            made = object.__new__(cls)
+            object.__setattr__(made, "space", space)
+            object.__setattr__(made, "ordinal", ordinal)
+            object.__setattr__(made, "protos", protos)
+            known = _INDICES.setdefault(key, made)  # another thread's, if it made it first
         return known
 
     def __reduce__(self) -> tuple:
