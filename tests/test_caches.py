@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import sys
 
 import sq_jax as sq
 from sq_jax.expr.nodes import Index
@@ -38,6 +39,29 @@ def test_index_equality_and_hash_agree():
     assert {i1: "x"}[i1_again] == "x" and len({i1, i1_again, a1, pno}) == 3
     back = pickle.loads(pickle.dumps(pno))
     assert back == pno and hash(back) == hash(pno)
+    # interned: equal indices are one object, however they were made
+    assert i1 is i1_again and back is pno and pno.protos[0] is i1
+    assert dataclasses.replace(a1, space="i") is i1 and Index(space="i", ordinal=1) is i1
+    assert Index("i", True) is i1 and type(i1.ordinal) is int  # the first one's fields
+
+
+def test_indices_made_by_threads_at_once_are_one_object():
+    from concurrent.futures import ThreadPoolExecutor
+
+    ordinals = range(10_000, 10_400)  # new indices: each one made by several threads
+
+    def make(_):
+        return [Index("q", n) for n in ordinals]
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between the lookup and the insert
+    try:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            made = list(pool.map(make, range(8)))
+    finally:
+        sys.setswitchinterval(interval)
+    for k in range(len(ordinals)):
+        assert len({id(run[k]) for run in made}) == 1
 
 
 def test_eval_node_keeps_its_hash_and_summed_labels_until_replaced():
