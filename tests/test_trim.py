@@ -98,13 +98,15 @@ def test_the_planner_keeps_products_whole_within_the_budget(closed_shell, monkey
     full = replace(plan, whole=frozenset())
     trimmed_sf, full_sf = schedule_forest(forest, plan), schedule_forest(forest, full)
     assert required_bytes(trimmed_sf) <= limit
-    assert schedule_flops(trimmed_sf) <= schedule_flops(full_sf)
+    assert trim.program_flops(trimmed_sf) <= trim.program_flops(full_sf)
     assert sum(trim.accumulated_elements(trimmed_sf).values()) < sum(
         trim.accumulated_elements(full_sf).values()
     )
     prog = sq.compile(text, spaces, batch=plan, pair_symmetry=True)
     untrimmed = sq.compile(text, spaces, batch=full, pair_symmetry=True)
     assert _contracted_loops(prog) < _contracted_loops(untrimmed)
+    # the trim prices a plan as the program counts its FLOPs (packed products at a share)
+    assert (prog.flops, untrimmed.flops) == tuple(map(trim.program_flops, (trimmed_sf, full_sf)))
     got, want = prog(inputs), base(inputs)
     for name in want:
         np.testing.assert_allclose(
@@ -121,7 +123,7 @@ def test_a_trim_never_leaves_the_budget(closed_shell):
     for limit in (need, need + need // 10):
         trimmed = trim.trim_contracted_loops(forest, sf, limit)
         assert required_bytes(schedule_forest(forest, trimmed)) <= limit
-        assert schedule_flops(schedule_forest(forest, trimmed)) <= schedule_flops(sf)
+        assert trim.program_flops(schedule_forest(forest, trimmed)) <= trim.program_flops(sf)
     # never above the plan's own requirement, however large the budget
     generous = trim.trim_contracted_loops(forest, sf, 10**15)
     assert generous.whole <= frozenset(trim.accumulated_elements(sf))
@@ -226,7 +228,7 @@ def test_with_room_the_heavy_products_go_whole_in_doubling_groups(monkeypatch, b
     bad = heavy[bad_at]  # every set with this product whole "needs" more than the budget
     real, tried = trim.required_bytes, []
 
-    def required(trial):
+    def required(trial, lowered=None):
         whole = trial.annotated.plan.whole
         tried.append(whole)
         return 10**12 if bad in whole else real(trial)
@@ -242,3 +244,21 @@ def test_with_room_the_heavy_products_go_whole_in_doubling_groups(monkeypatch, b
     got = sq.compile(TEN_HEAVY, sq.Spaces(i=20, a=100), batch=trimmed)(x)
     want = sq.compile(TEN_HEAVY, sq.Spaces(i=20, a=100))(x)
     np.testing.assert_allclose(got["R"], want["R"], rtol=0, atol=1e-12)
+
+
+def test_a_trim_is_priced_as_the_program_runs():
+    # closed-shell CCSD at benzene/cc-pVDZ sizes, `a` in 3 contracted batches: with 13
+    # products whole the lowering packs a product over symmetric pairs it did not pack
+    # before, so the trimmed program runs fewer FLOPs, though it counts more unpacked (the
+    # old trim's price, which kept 12)
+    text, spaces = load_equations("ccsd_cs"), sq.Spaces(i=21, a=93)
+    forest = sq.compile(text, spaces, pair_symmetry=True).schedule.annotated.forest
+    plan = BatchPlan.of({"a": {"batches": 3, "roles": "contracted"}}, sums="sequenced")
+    sf = schedule_forest(forest, plan)
+    trimmed = schedule_forest(forest, trim.trim_contracted_loops(forest, sf, 10**12))
+    assert len(trimmed.annotated.plan.whole) == 13
+    assert schedule_flops(trimmed) > schedule_flops(sf)
+    assert trim.program_flops(trimmed) < 0.99 * trim.program_flops(sf)
+    prog = sq.compile(text, spaces, pair_symmetry=True, batch=trimmed.annotated.plan)
+    assert prog.flops == trim.program_flops(trimmed)
+    assert required_bytes(trimmed) <= required_bytes(sf)

@@ -21,6 +21,7 @@ from .._units import format_bytes
 from ..forest.dump import expr_text
 from ..forest.nodes import NodeKind
 from ..lower.instructions import lower_schedule
+from ..lower.ir import LoweredProgram
 from ..lower.memory import memory_model
 from ..plan.batch import BatchPlan
 from ..schedule import ScheduledForest
@@ -48,12 +49,13 @@ def _describe(sf: ScheduledForest, value_id: int) -> str:
     return text if terms == 1 else f"a sum of {terms} terms starting with {text}"
 
 
-def required_bytes(sf: ScheduledForest) -> int:
+def required_bytes(sf: ScheduledForest, lowered: LoweredProgram | None = None) -> int:
     """The smallest ``memory_budget`` a scheduled forest fits in.
 
     The lowered program's predicted XLA memory (:func:`sq_jax.lower.memory.memory_model`)
     times :data:`XLA_HEADROOM` (the schedule's peak profile is not a bound:
-    :meth:`~sq_jax.budget.model.BudgetModel.peak`).
+    :meth:`~sq_jax.budget.model.BudgetModel.peak`). ``lowered``: ``sf`` lowered, where
+    the caller has it (``lower_schedule(sf)``).
 
     Example:
         >>> import sq_jax as sq
@@ -64,7 +66,7 @@ def required_bytes(sf: ScheduledForest) -> int:
         >>> sf.peak.peak_bytes, required_bytes(sf)  # 64 B + 64 B of alignment, +25%
         (64, 160)
     """
-    xla = memory_model(lower_schedule(sf)).peak()
+    xla = memory_model(lower_schedule(sf) if lowered is None else lowered).peak()
     return math.ceil(xla * XLA_HEADROOM)
 
 
