@@ -17,8 +17,9 @@ those below ``1/HEAVY`` of the total as one group (left in their loops where it 
 not fit), and the others one by one (the budget needs some of them: at benzene sizes, a
 quarter of the memory, 7 of the 19 heavy ones) or, where the light group fitted, in
 groups that double after each fit; at most :data:`MAX_TRIALS` schedules in all.
-A trim that would add FLOPs (as the program runs them: :func:`program_flops`) is
-refused. There, 29 of 36 products went whole: XLA's compile took 5.2-5.9 s instead of
+A trial is kept only where it adds no FLOPs by the plain count (no value recomputed
+more) or by the program's (:func:`program_flops`: products over symmetric pairs at their
+share). There, 29 of 36 products went whole: XLA's compile took 5.2-5.9 s instead of
 9.2, a call 1.30x the unbatched time instead of 1.36x.
 
 Example:
@@ -104,10 +105,10 @@ def program_flops(sf: ScheduledForest) -> int:
     """The FLOPs of ``sf``'s program: products over symmetric pairs at their share.
 
     What :attr:`Program.flops <sq_jax.lower.program.Program.flops>` counts. Making a
-    product whole can change which products the lowering packs, so a trim is priced as
-    the program runs: closed-shell CCSD at benzene/cc-pVDZ sizes, a quarter of the
-    memory, with 13 products whole instead of 12 counts 861 kFLOP more than with every
-    loop unpacked (of 191.7 GFLOP), but runs 1.7% fewer (140.9 GFLOP of 143.3).
+    product whole can change which products the lowering packs: closed-shell CCSD at
+    benzene/cc-pVDZ sizes, a quarter of the memory, with 13 products whole instead of
+    12 counts 861 kFLOP more than with every loop unpacked (of 191.7 GFLOP), but runs
+    1.7% fewer (140.9 GFLOP of 143.3), and the trim keeps it.
 
     Example:
         >>> import sq_jax as sq
@@ -135,7 +136,8 @@ def trim_contracted_loops(
     Returns:
         The plan with :attr:`~sq_jax.plan.batch.BatchPlan.whole` set: every trial kept
         needs at most ``limit`` and at most what ``sf`` needs, with at most ``sf``'s
-        FLOPs. The plan itself when no product can go whole.
+        FLOPs by the plain count or by :func:`program_flops`. The plan itself when no
+        product can go whole.
 
     Example:
         >>> import sq_jax as sq
@@ -157,7 +159,7 @@ def trim_contracted_loops(
     limit = min(limit, required_bytes(sf) if need is None else need)
     saved = accumulated_elements(sf)
     order = sorted(saved, key=lambda h: (-saved[h], h))
-    flops = program_flops(sf)
+    plain, flops = schedule_flops(sf), program_flops(sf)
     trials = 0
 
     def fits(whole: Sequence[int]) -> bool:
@@ -167,11 +169,18 @@ def trim_contracted_loops(
             trial = schedule_forest(forest, replace(plan, whole=plan.whole | frozenset(whole)))
         except ScheduleError:
             return False
-        lowered = lower_schedule(trial)  # once, for both
-        return (
-            schedule_flops(trial, pair_shares(lowered)) <= flops
-            and required_bytes(trial, lowered) <= limit
-        )
+        # no FLOPs added by one count or the other: the plain count (nothing recomputed
+        # more, though a product whole may lose its packing: spin-orbital CCSD at
+        # H2O/cc-pVDZ sizes, an eighth of the memory, 7 products whole ran 4.3-4.9x the
+        # unbatched time at 1.20x the FLOPs the program with every loop runs, the 6 whole
+        # that add none 5.6-6.2x: a product packed in small blocks inside loops runs at a
+        # fraction of the whole product's rate), or the program's (it packs more)
+        if schedule_flops(trial) > plain:
+            lowered = lower_schedule(trial)  # for both the FLOPs and the bytes
+            if schedule_flops(trial, pair_shares(lowered)) > flops:
+                return False
+            return required_bytes(trial, lowered) <= limit
+        return required_bytes(trial) <= limit
 
     chosen: list[int] = []
     if order and fits(order):
@@ -221,7 +230,8 @@ def heavy_products_only(forest: Forest, plan: BatchPlan) -> BatchPlan | None:
 
     Returns:
         The plan, or ``None`` when it would keep the same products whole as ``plan`` or
-        none, or would run more FLOPs than ``plan`` with every loop.
+        none, or would run more FLOPs than ``plan`` with every loop by both the plain
+        count and :func:`program_flops`.
 
     Example:
         >>> import sq_jax as sq
@@ -240,7 +250,9 @@ def heavy_products_only(forest: Forest, plan: BatchPlan) -> BatchPlan | None:
         return None
     lighter = replace(plan, whole=heavy)
     try:
-        flops = program_flops(schedule_forest(forest, lighter))
+        trial = schedule_forest(forest, lighter)
     except ScheduleError:
         return None
-    return lighter if flops <= program_flops(every_loop) else None
+    if schedule_flops(trial) <= schedule_flops(every_loop):  # as the trim keeps a trial
+        return lighter
+    return lighter if program_flops(trial) <= program_flops(every_loop) else None
