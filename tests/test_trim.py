@@ -112,7 +112,7 @@ def test_the_planner_keeps_products_whole_within_the_budget(closed_shell, monkey
     prog = sq.compile(text, spaces, batch=plan, pair_symmetry=True)
     untrimmed = sq.compile(text, spaces, batch=full, pair_symmetry=True)
     assert _contracted_loops(prog) < _contracted_loops(untrimmed)
-    # the trim prices a plan as the program counts its FLOPs (packed products at a share)
+    # program_flops counts as the program does (packed products at their share)
     assert (prog.flops, untrimmed.flops) == tuple(map(trim.program_flops, (trimmed_sf, full_sf)))
     got, want = prog(inputs), base(inputs)
     for name in want:
