@@ -373,9 +373,9 @@ class ImplicitEnergy:
                 )
                 if float(rnorm) <= float(out[6]):
                     # the residual is met but the iterate kept moving: Jᵀ is singular
-                    # (the comment in `adjoint`); with more steps the drift dies down
-                    # (UHF OH/STO-3G: 50 restart cycles failed 5 solves of 7, 300
-                    # settled 3 of 3)
+                    # (the comment in `adjoint`). UHF OH/STO-3G: 50 restart cycles failed
+                    # 5 solves of 8, 300 failed 3 of 6; taken with throw=False, Λ gave
+                    # PySCF's 1-RDM to 3e-11 in two solves of three, to 4e-5 in the other
                     left += (
                         "; the residual is met but Λ kept changing along a direction the "
                         "equations leave free: the amplitude equations have a family of "
@@ -383,9 +383,10 @@ class ImplicitEnergy:
                         "about its axis), so Λ is not unique"
                     )
                     hint = (
-                        "raise gmres_max_steps (e.g. 300) for the change to die down, or "
                         "pass throw=False to take this Λ, one of the solutions (what depends "
-                        "on the free direction is not fixed by the equations)"
+                        "on the free direction, such as parts of the density, is not fixed "
+                        "by the equations); more GMRES cycles (gmres_max_steps) settle it "
+                        "only sometimes"
                     )
             raise ConvergenceError(
                 f"ImplicitEnergy: {what} did not converge after {int(count)} {unit} ({left}); "
