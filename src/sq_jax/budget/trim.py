@@ -40,7 +40,7 @@ from dataclasses import replace
 from .._errors import ScheduleError
 from ..forest.nodes import Forest
 from ..lower.instructions import lower_schedule
-from ..lower.ir import Accumulate, Instr, Loop
+from ..lower.ir import Accumulate, Instr, Loop, LoweredProgram
 from ..lower.pairs import pair_shares
 from ..plan.annotate import LoopKind
 from ..plan.batch import BatchPlan
@@ -122,6 +122,26 @@ def program_flops(sf: ScheduledForest) -> int:
     return schedule_flops(sf, pair_shares(lower_schedule(sf)))
 
 
+def _adds_flops(
+    trial: ScheduledForest, plain: int, program: int
+) -> tuple[bool, LoweredProgram | None]:
+    """Whether ``trial`` adds FLOPs by both counts, and its lowering where one was made.
+
+    ``plain`` and ``program`` are the plan's FLOPs without and with the packing
+    (:func:`program_flops`). No FLOPs added by the plain count means nothing is
+    recomputed more, though a product whole may lose its packing: spin-orbital CCSD at
+    H2O/cc-pVDZ sizes, an eighth of the memory, 7 products whole ran 4.3-4.9x the
+    unbatched time at 1.20x the FLOPs the program with every loop runs, the 6 whole
+    that add none by the program's count 5.6-6.2x (a product packed in small blocks
+    inside loops runs at a fraction of the whole product's rate). Only where the plain
+    count rises is the trial lowered, to see whether the lowering packs more.
+    """
+    if schedule_flops(trial) <= plain:
+        return False, None
+    lowered = lower_schedule(trial)
+    return schedule_flops(trial, pair_shares(lowered)) > program, lowered
+
+
 def trim_contracted_loops(
     forest: Forest, sf: ScheduledForest, limit: int, need: int | None = None
 ) -> BatchPlan:
@@ -169,18 +189,8 @@ def trim_contracted_loops(
             trial = schedule_forest(forest, replace(plan, whole=plan.whole | frozenset(whole)))
         except ScheduleError:
             return False
-        # no FLOPs added by one count or the other: the plain count (nothing recomputed
-        # more, though a product whole may lose its packing: spin-orbital CCSD at
-        # H2O/cc-pVDZ sizes, an eighth of the memory, 7 products whole ran 4.3-4.9x the
-        # unbatched time at 1.20x the FLOPs the program with every loop runs, the 6 whole
-        # that add none 5.6-6.2x: a product packed in small blocks inside loops runs at a
-        # fraction of the whole product's rate), or the program's (it packs more)
-        if schedule_flops(trial) > plain:
-            lowered = lower_schedule(trial)  # for both the FLOPs and the bytes
-            if schedule_flops(trial, pair_shares(lowered)) > flops:
-                return False
-            return required_bytes(trial, lowered) <= limit
-        return required_bytes(trial) <= limit
+        adds, lowered = _adds_flops(trial, plain, flops)
+        return not adds and required_bytes(trial, lowered) <= limit
 
     chosen: list[int] = []
     if order and fits(order):
@@ -253,6 +263,5 @@ def heavy_products_only(forest: Forest, plan: BatchPlan) -> BatchPlan | None:
         trial = schedule_forest(forest, lighter)
     except ScheduleError:
         return None
-    if schedule_flops(trial) <= schedule_flops(every_loop):  # as the trim keeps a trial
-        return lighter
-    return lighter if program_flops(trial) <= program_flops(every_loop) else None
+    adds, _ = _adds_flops(trial, schedule_flops(every_loop), program_flops(every_loop))
+    return None if adds else lighter
