@@ -27,6 +27,17 @@ is widened. Each repeat is a cold call
 the search space (each one :func:`sq_jax.budget.search.search_phases` lists, gates ignored)
 that fits the model: what the budget leaves to choose from. Writes
 ``bench_planner_candidates.json`` and ``.md``.
+
+``--race`` asks whether the planner's pick is the fastest plan it could have made: at
+W3's budgets (``--systems``, ``--budgets``), the plan ``sq.compile`` keeps and every
+configuration of the search space at its cheapest counts that fit the model, each
+finished as the planner finishes its pick (products trimmed whole, loops widened), are
+compiled for random inputs with the declared symmetries; those within the budget by
+XLA's figures are timed against the unbatched program (interleaved medians of
+``--reps`` rounds for the plan kept and the ``--top`` fastest of a first pass; those
+above ``--max-flops`` times the unbatched FLOPs are listed, not run). Writes
+``bench_planner_race.json`` and ``.md``. About 2 min for H2O/cc-pVDZ at both budgets,
+6 min for benzene/cc-pVDZ at 1/4 with ``--max-flops 2``.
 """
 
 from __future__ import annotations
@@ -261,6 +272,187 @@ def candidates(args: argparse.Namespace) -> None:
     _save(args.out, "bench_planner_candidates", record, md, columns)
 
 
+SLOW = 20
+"""``--race``: a candidate whose call takes this many times the unbatched one's is timed
+by that one call (the slow plans of a tight budget run minutes per round)."""
+
+
+def _race_candidates(forest, budget: int) -> dict[str, BatchPlan]:
+    """Each configuration's cheapest counts that fit ``budget`` (the model, no headroom),
+    finished as the planner finishes the plan it picks: products trimmed whole, loops
+    widened. Keyed by the plan's text."""
+    from sq_jax.budget import search as S
+    from sq_jax.budget.explain import required_bytes, with_counts
+    from sq_jax.budget.trim import trim_contracted_loops
+    from sq_jax.budget.widen import widen_loops
+
+    cache = S.PlanCache().using(forest)
+    step_cost = S.default_step_cost()
+    c0, _ = S._unbatched(forest, cache, step_cost)
+    unit = S.COST_RESOLUTION * c0
+    ladders = {
+        s: S._ladder(forest.spaces.extent(s), None) for s in S._batchable_spaces(forest, None)
+    }
+    out: dict[str, BatchPlan] = {}
+    for cfg in _every_configuration(forest):
+        sf = cache.structure(forest, cfg)
+        if sf is None:
+            continue
+        model = cache.model(cfg, sf)
+        pt = S._search(model, [ladders[s] for s in cfg.spaces], budget, None, step_cost, unit)
+        if pt is None:
+            continue
+        check = with_counts(sf, cfg.plan(pt.counts))
+        trimmed = trim_contracted_loops(forest, check, budget, required_bytes(check))
+        plan = widen_loops(forest, schedule_forest(forest, trimmed), budget)
+        out.setdefault(str(plan), plan)
+    return out
+
+
+def race(args: argparse.Namespace) -> None:
+    """The search's candidates compiled and timed (module docstring, ``--race``)."""
+    from sq_jax.budget import xla_bytes
+    from sq_jax.forest.symmetry import symmetric_random_inputs
+    from sq_jax.lower.aot import compiler_options
+
+    try:
+        from bench._timing import interleaved
+    except ImportError:  # run as a script from the repository root
+        from _timing import interleaved  # type: ignore[no-redef]
+
+    started = {**_header(), "load_average": os.getloadavg()}  # when the run starts
+    rows = []
+    for eq, system, spaces in W3_SYSTEMS:
+        if not any(s.lower() in system.lower() for s in args.systems):
+            continue
+        text = load_equations(eq)
+        base = sq.compile(text, spaces, pair_symmetry=True)
+        unbatched = xla_bytes(base)
+        forest = base.schedule.annotated.forest
+        inputs = symmetric_random_inputs(forest, seed=1, scale=0.01)
+        for label, div in (("1/4", 4), ("1/8", 8)):
+            if label not in args.budgets:
+                continue
+            budget = unbatched // div
+            chosen = sq.compile(text, spaces, pair_symmetry=True, memory_budget=budget)
+            plans = {"unbatched": BatchPlan(), "sq.compile": chosen.schedule.annotated.plan}
+            for key, plan in _race_candidates(forest, budget).items():
+                plans.setdefault(key, plan)
+            runs, fits = {}, {}
+            for key, plan in plans.items():
+                prog = (
+                    base
+                    if key == "unbatched"
+                    else sq.compile(text, spaces, pair_symmetry=True, batch=plan)
+                )
+                if key != "sq.compile" and prog.flops > args.max_flops * base.flops:
+                    fits[key] = (prog, math.nan)  # not compiled: slower by its FLOPs alone
+                    continue
+                specs = input_specs(prog.schedule.annotated.forest)
+                blocks = {s.block_key: inputs[s.block_key] for s in specs}
+                exe = prog.jitted.lower(blocks).compile(compiler_options())
+                ma = exe.memory_analysis()
+                measured = ma.temp_size_in_bytes + ma.output_size_in_bytes
+                fits[key] = (prog, measured)
+                if key in ("unbatched", "sq.compile") or measured <= budget:
+                    runs[key] = lambda e=exe, b=blocks: e(b)
+            quick = {}
+            for key, fn in runs.items():  # one pass to keep the --top fastest
+                t0 = time.perf_counter()
+                jax_ready(fn())
+                quick[key] = time.perf_counter() - t0
+                if quick[key] < SLOW * quick["unbatched"]:  # else that call is its time
+                    t0 = time.perf_counter()
+                    jax_ready(fn())
+                    quick[key] = time.perf_counter() - t0
+            others = sorted(
+                (k for k in runs if k not in ("unbatched", "sq.compile")), key=quick.get
+            )
+            near = [k for k in others if quick[k] < SLOW * quick["unbatched"]]
+            keep = ["unbatched", "sq.compile", *near[: args.top]]
+            timed = interleaved({k: runs[k] for k in keep}, args.reps)
+            t0 = timed["unbatched"]["median_s"]
+            compiled = sum(1 for _, m in fits.values() if not math.isnan(m)) - 2
+            print(
+                f"{eq} {system} {label}: {len(plans) - 2} candidates, {compiled} compiled, "
+                f"{len(runs) - 2} within the budget"
+            )
+            for key in plans:
+                prog, measured = fits[key]
+                row = {
+                    "equations": eq,
+                    "system": system,
+                    "budget": label,
+                    "plan": key if key in ("unbatched", "sq.compile") else "candidate",
+                    "batch_plan": str(prog.schedule.annotated.plan),
+                    "flops_ratio": round(prog.flops / base.flops, 3),
+                    "xla_over_budget": None
+                    if math.isnan(measured)
+                    else round(measured / budget, 3),
+                    "time_ratio": round(timed[key]["median_s"] / t0, 3)
+                    if key in timed
+                    else round(quick[key] / t0, 3)
+                    if key in quick
+                    else None,
+                    "timed": "interleaved"
+                    if key in timed
+                    else "one call"
+                    if key in quick
+                    else "not run: FLOPs"
+                    if math.isnan(measured)
+                    else "not run: over budget",
+                }
+                rows.append(row)
+            for row in sorted(rows[-len(plans) :], key=_by_time):
+                print(
+                    f"  {row['time_ratio'] or '-'}x ({row['timed']})  FLOPs {row['flops_ratio']}"
+                    f"  XLA/budget {row['xla_over_budget']}  {row['plan']}: {row['batch_plan']}",
+                    flush=True,
+                )
+    record = {**started, "reps": args.reps, "rows": rows}
+    rows.sort(key=lambda r: (r["system"], r["budget"], *_by_time(r)))
+    md = [
+        "# The planner's candidates at W3's budgets, compiled and timed",
+        "",
+        f"{record['date']}, {record['machine']}, load average at start "
+        f"{tuple(round(x, 2) for x in record['load_average'])}. Command: "
+        f"`python bench/bench_planner.py --race --reps {args.reps} --top {args.top} "
+        f"--max-flops {args.max_flops:g} "
+        f"--systems {' '.join(args.systems)} --budgets {' '.join(args.budgets)} --out DIR`.",
+        "Per budget: the plan `sq.compile` keeps, and each configuration of the search space",
+        "(gates ignored) at its cheapest counts that fit the model, with its products trimmed",
+        "whole and its loops widened as the planner finishes its pick; random inputs with the",
+        "declared symmetries. Time ÷ the unbatched program: interleaved medians with a lead-in",
+        "call each for the plan kept and the `--top` fastest of a first pass (others: their",
+        f"call of that pass; one call alone from {SLOW}x the unbatched time); plans XLA",
+        f"measures over the budget are not run, nor those above {args.max_flops}x the",
+        "unbatched FLOPs.",
+    ]
+    columns = (
+        ("equations", "equations"),
+        ("sizes", "system"),
+        ("budget", "budget"),
+        ("plan", "plan"),
+        ("batch plan", "batch_plan"),
+        ("FLOPs / unbatched", "flops_ratio"),
+        ("XLA temp+out / budget", "xla_over_budget"),
+        ("time / unbatched", "time_ratio"),
+        ("timed", "timed"),
+    )
+    _save(args.out, "bench_planner_race", record, md, columns)
+
+
+def _by_time(row: dict) -> tuple[bool, float]:
+    """Fastest first; plans not run last."""
+    return row["time_ratio"] is None, row["time_ratio"] or 0.0
+
+
+def jax_ready(x):
+    import jax
+
+    return jax.block_until_ready(x)
+
+
 def _header() -> dict:
     """When, where and with what a record was made."""
     return {
@@ -291,8 +483,22 @@ def main() -> None:
     ap.add_argument(
         "--candidates", action="store_true", help="every configuration fitting W3's budgets"
     )
+    ap.add_argument("--race", action="store_true", help="time the candidates against the plan kept")
+    ap.add_argument("--reps", type=int, default=5, help="--race: interleaved rounds")
+    ap.add_argument("--top", type=int, default=8, help="--race: candidates timed interleaved")
+    ap.add_argument(
+        "--max-flops",
+        type=float,
+        default=4.0,
+        help="--race: candidates above this many times the unbatched FLOPs are not run",
+    )
+    ap.add_argument("--systems", nargs="+", default=["H2O", "benzene"], help="--race")
+    ap.add_argument("--budgets", nargs="+", default=["1/4", "1/8"], help="--race")
     ap.add_argument("--out", type=Path, default=Path("."))
     args = ap.parse_args()
+    if args.race:
+        race(args)
+        return
     if args.candidates:
         candidates(args)
         return
