@@ -52,6 +52,7 @@ import platform
 import statistics
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -186,6 +187,33 @@ def _every_configuration(forest) -> list:
     return [c for _, phase in S.search_phases(forest, spaces) for c in phase if c.roles]
 
 
+def _search_space(forest) -> SimpleNamespace:
+    """The search's pieces, to price every configuration by hand: its step cost, the
+    unbatched program's cost ``c0`` and packed FLOPs ``packed0``, the cost ``unit`` of
+    its ties, the batch-count ``ladders`` per space and ``configs``: each configuration
+    that can be scheduled, with its schedule and budget model."""
+    from sq_jax.budget import search as S
+
+    cache = S.PlanCache().using(forest)
+    step_cost = S.default_step_cost()
+    c0, packed0 = S._unbatched(forest, cache, step_cost)
+    configs = []
+    for cfg in _every_configuration(forest):
+        sf = cache.structure(forest, cfg)
+        if sf is not None:
+            configs.append((cfg, sf, cache.model(cfg, sf)))
+    return SimpleNamespace(
+        step_cost=step_cost,
+        c0=c0,
+        packed0=packed0,
+        unit=S.COST_RESOLUTION * c0,
+        ladders={
+            s: S._ladder(forest.spaces.extent(s), None) for s in S._batchable_spaces(forest, None)
+        },
+        configs=configs,
+    )
+
+
 def candidates(args: argparse.Namespace) -> None:
     """The fitting configurations at W3's budgets (module docstring, ``--candidates``)."""
     from sq_jax.budget import search as S
@@ -197,24 +225,15 @@ def candidates(args: argparse.Namespace) -> None:
         base = sq.compile(load_equations(eq), spaces, pair_symmetry=True)
         unbatched = xla_bytes(base)
         forest = base.schedule.annotated.forest
-        cache = S.PlanCache().using(forest)
-        step_cost = S.default_step_cost()
-        c0, packed0 = S._unbatched(forest, cache, step_cost)
-        unit = S.COST_RESOLUTION * c0
-        ladders = {
-            s: S._ladder(forest.spaces.extent(s), None) for s in S._batchable_spaces(forest, None)
-        }
-        models = []
-        for cfg in _every_configuration(forest):
-            sf = cache.structure(forest, cfg)
-            if sf is not None:
-                models.append(cache.model(cfg, sf))
+        space = _search_space(forest)
+        c0, packed0, ladders = space.c0, space.packed0, space.ladders
+        models = [model for _, _, model in space.configs]
         for label, div in (("1/4", 4), ("1/8", 8)):
             limit = math.floor(unbatched // div * XLA_HEADROOM)
             found = {}
             for model in models:
                 lad = [ladders[s] for s in model.config.spaces]
-                pt = S._search(model, lad, limit, None, step_cost, unit)
+                pt = S._search(model, lad, limit, None, space.step_cost, space.unit)
                 if pt is not None:
                     plan = pt.config.plan(pt.counts)
                     least = min(  # the fewest FLOPs at any counts that fit, not the cheapest
@@ -286,20 +305,11 @@ def _race_candidates(forest, budget: int) -> dict[str, BatchPlan]:
     from sq_jax.budget.trim import trim_contracted_loops
     from sq_jax.budget.widen import widen_loops
 
-    cache = S.PlanCache().using(forest)
-    step_cost = S.default_step_cost()
-    c0, _ = S._unbatched(forest, cache, step_cost)
-    unit = S.COST_RESOLUTION * c0
-    ladders = {
-        s: S._ladder(forest.spaces.extent(s), None) for s in S._batchable_spaces(forest, None)
-    }
+    space = _search_space(forest)
     out: dict[str, BatchPlan] = {}
-    for cfg in _every_configuration(forest):
-        sf = cache.structure(forest, cfg)
-        if sf is None:
-            continue
-        model = cache.model(cfg, sf)
-        pt = S._search(model, [ladders[s] for s in cfg.spaces], budget, None, step_cost, unit)
+    for cfg, sf, model in space.configs:
+        lad = [space.ladders[s] for s in cfg.spaces]
+        pt = S._search(model, lad, budget, None, space.step_cost, space.unit)
         if pt is None:
             continue
         check = with_counts(sf, cfg.plan(pt.counts))
