@@ -39,8 +39,8 @@ above ``--max-flops`` times the unbatched FLOPs are listed, not run). Each is al
 compiled once more with its plan given (no search), JAX's caches cleared: its compile
 (sq_jax's passes, JAX's lowering, XLA's compile) ÷ the unbatched program's is the floor
 of W3's compile ratio for that plan, which adds the search. Writes
-``bench_planner_race.json`` and ``.md``. About 2 min for H2O/cc-pVDZ at both budgets,
-6 min for benzene/cc-pVDZ at 1/4 with ``--max-flops 2``.
+``bench_planner_race.json`` and ``.md``. About 2.5 min for H2O/cc-pVDZ at both
+budgets, 7 min for benzene/cc-pVDZ at 1/4 with ``--max-flops 2``.
 """
 
 from __future__ import annotations
@@ -401,6 +401,7 @@ def race(args: argparse.Namespace) -> None:
             )
             for key in plans:
                 prog, measured = fits[key]
+                own = compiles.get(key)  # (passes, lowering, XLA) seconds, if compiled
                 row = {
                     "equations": eq,
                     "system": system,
@@ -416,15 +417,9 @@ def race(args: argparse.Namespace) -> None:
                     else round(quick[key] / t0, 3)
                     if key in quick
                     else None,
-                    "compile_s": None
-                    if key not in compiles
-                    else [round(x, 2) for x in compiles[key]],
-                    "compile_ratio": None
-                    if key not in compiles
-                    else round(sum(compiles[key]) / sum(c0), 2),
-                    "xla_compile_ratio": None
-                    if key not in compiles
-                    else round(compiles[key][2] / c0[2], 2),
+                    "compile_s": None if own is None else [round(x, 2) for x in own],
+                    "compile_ratio": None if own is None else round(sum(own) / sum(c0), 2),
+                    "xla_compile_ratio": None if own is None else round(own[2] / c0[2], 2),
                     "timed": "interleaved"
                     if key in timed
                     else "one call"
