@@ -849,6 +849,39 @@ def test_the_same_budgeted_compile_again_takes_the_plan_chosen_before(monkeypatc
     assert len(searches) == 6
 
 
+def test_a_budgeted_plan_pickled_builds_the_same_program_without_a_search(monkeypatch):
+    """A plan ``memory_budget`` chose, saved and given back as ``batch=`` in another run,
+    builds the same program with no search: its products kept whole are named by
+    process-independent hashes, its widened loops by (space, slot)."""
+    import pickle
+
+    from sq_jax import _pipeline
+    from sq_jax.forest.symmetry import symmetric_random_inputs
+
+    text, spaces = load_equations("ccd_so"), sq.Spaces(i=4, a=12)
+    unbatched = sq.compile(text, spaces, pair_symmetry=True)
+    chosen = sq.compile(text, spaces, pair_symmetry=True, memory_budget=xla_bytes(unbatched) // 3)
+    plan = chosen.schedule.annotated.plan
+    assert plan.whole and plan.loop_blocks  # what a plan written by hand rarely has
+    forest = unbatched.schedule.annotated.forest
+    assert plan.whole <= {node.hash for node in forest.occurrences()}  # stable hashes
+    back = pickle.loads(pickle.dumps(plan))
+    assert back == plan
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("batch= must not search")
+
+    monkeypatch.setattr(_pipeline, "fit_to_budget", no_search)
+    again = sq.compile(text, spaces, pair_symmetry=True, batch=back)
+    assert str(again.lowered) == str(chosen.lowered)
+    x = symmetric_random_inputs(forest, seed=3, scale=0.1)
+    want = sq.evaluate_reference(forest, None, x)
+    for prog in (chosen, again):
+        got = prog(x)
+        for name, ref in want.items():
+            np.testing.assert_allclose(got[name], ref, rtol=1e-11, atol=1e-13, err_msg=name)
+
+
 def test_a_mesh_program_unchecked_by_xla_keeps_the_headroom():
     # XLA's figures are not read on a mesh: the first try (no headroom) is skipped
     import jax
